@@ -1,0 +1,104 @@
+"""The fleet journal: every event also produced to a Kafka topic, for fleet analytics.
+
+It reads the local journal from its own cursor (``meta.fleet_cursor``) and produces with
+an idempotent producer, keyed by group id, so a crash or a broker outage only delays
+events, never loses them. It runs on the loop, apart from the consumer thread: a slow or
+broken produce can never hold up the revoke barrier, and the local journal copy is
+written before anything is produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, Message, Producer
+
+from sidecar.journal import Journal
+from sidecar.metrics import Metrics
+from sidecar.settings import Settings
+
+log = structlog.get_logger("sidecar.fleet")
+
+CURSOR = "fleet_cursor"
+_SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "api.")
+_RETRY_SECONDS = 2.0
+
+
+class FleetJournal:
+    def __init__(self, settings: Settings, journal: Journal, metrics: Metrics) -> None:
+        assert settings.events_topic
+        self._topic = settings.events_topic
+        self._key = settings.group_id.encode()
+        self._journal = journal
+        self._metrics = metrics
+        shared = {k: v for k, v in settings.kafka.items() if k.startswith(_SHARED_PREFIXES)}
+        self._producer = Producer(
+            {
+                **shared,
+                "bootstrap.servers": settings.bootstrap_servers,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "message.timeout.ms": 30_000,
+            }
+        )
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="fleet")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self, timeout: float) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.to_thread(self._producer.flush, timeout)
+
+    async def _run(self) -> None:
+        cursor = self._journal.mark(CURSOR)
+        while True:
+            self._wake.clear()
+            batch = self._journal.events_after(cursor, 500)
+            if not batch:
+                await self._wake.wait()
+                continue
+            failures: list[str] = []
+            delivered = self._on_delivery(failures)
+            for event in batch:
+                await self._produce(event.body, delivered)
+            remaining = await asyncio.to_thread(self._producer.flush, 35.0)
+            if failures or remaining:
+                log.warning(
+                    "producing to the fleet topic failed; will retry",
+                    topic=self._topic,
+                    errors=failures[:3],
+                    undelivered=remaining,
+                )
+                await asyncio.sleep(_RETRY_SECONDS)
+                continue
+            cursor = batch[-1].sequence
+            self._journal.set_mark(CURSOR, cursor)
+
+    def _on_delivery(self, failures: list[str]) -> Any:
+        def delivered(error: KafkaError | None, message: Message, /) -> None:
+            self._metrics.fleet_produced.labels("failed" if error else "delivered").inc()
+            if error is not None:
+                failures.append(error.str())
+
+        return delivered
+
+    async def _produce(self, value: bytes, on_delivery: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self._topic, value=value, key=self._key, on_delivery=on_delivery
+                )
+                return
+            except BufferError:
+                await asyncio.to_thread(self._producer.poll, 0.5)

@@ -1,0 +1,200 @@
+"""The one place where the consumer thread and the asyncio loop meet.
+
+Everything crossing the boundary goes through a ``Handoff``:
+
+* consumer thread -> loop: events (``announce``), assignment snapshots (``publish``), and
+  revoke barriers (``await_barrier``), all scheduled with ``loop.call_soon_threadsafe``;
+  the barrier is the one place the consumer thread *waits* on the loop, on a
+  ``concurrent.futures.Future`` bounded by the revoke timeout (the in-process listener's
+  semantics: the group does not move on until the application handled the revocation);
+* loop -> consumer thread: commands (``submit``) on a queue that the poll loop drains
+  between ``poll()`` calls (``take_commands``); the caller awaits a future.
+
+No other module calls ``call_soon_threadsafe``, creates a thread-crossing future, or
+touches the other side's objects. The thread-side methods never block on the loop except
+``await_barrier``, and none of them raise when the loop is already gone (shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from sidecar.model import Assignment, Event, PartitionOffset
+
+T = TypeVar("T")
+
+
+class Command(Generic[T]):
+    """Something only the consumer thread may do; ``T`` is what it answers."""
+
+
+class MemberGone(RuntimeError):
+    """The consumer thread has stopped; the command was not (and will not be) run."""
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierOutcome:
+    """How a revoke barrier ended, as the consumer thread needs to know it."""
+
+    acknowledged: tuple[str, ...] = ()
+    gave_up: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()  # still unacknowledged when the timeout struck
+    offsets: tuple[PartitionOffset, ...] = ()
+    timed_out: bool = False
+
+
+class LoopSide(Protocol):
+    """What the loop side offers the handoff (implemented by the dispatcher/daemon)."""
+
+    def on_event(self, event: Event) -> None: ...
+
+    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None: ...
+
+    def barrier_expired(self, event: Event) -> BarrierOutcome: ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    command: Command[Any]
+    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+
+
+class Handoff:
+    def __init__(self, loop: asyncio.AbstractEventLoop, initial: Assignment) -> None:
+        self._loop = loop
+        self._commands: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._closed = False
+        self._side: LoopSide | None = None
+        # Read from both sides; replaced (never mutated) by the consumer thread.
+        self._snapshot = initial
+        # Loop-side only.
+        self._changed = asyncio.Event()
+
+    def attach(self, side: LoopSide) -> None:
+        self._side = side
+
+    # -- consumer thread -----------------------------------------------------------------
+
+    def publish(self, snapshot: Assignment) -> None:
+        self._snapshot = snapshot
+        self._call(self._snapshot_changed)
+
+    def announce(self, event: Event) -> None:
+        if self._side is not None:
+            self._call(self._side.on_event, event)
+
+    def await_barrier(self, event: Event, timeout: float) -> BarrierOutcome:
+        """Block the consumer thread until blocking subscribers acknowledged ``event``."""
+        side = self._side
+        if side is None:
+            return BarrierOutcome()
+        future: concurrent.futures.Future[BarrierOutcome] = concurrent.futures.Future()
+
+        def done(outcome: BarrierOutcome) -> None:
+            # The consumer thread may have given up waiting a moment ago.
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_result(outcome)
+
+        if not self._call(side.on_event, event) or not self._call(side.open_barrier, event, done):
+            return BarrierOutcome()
+        try:
+            return future.result(timeout=max(timeout, 0.0))
+        except TimeoutError:
+            pass
+        # Ask the loop which subscribers are still missing, briefly: it may be busy.
+        expired: concurrent.futures.Future[BarrierOutcome] = concurrent.futures.Future()
+
+        def expire() -> None:
+            try:
+                expired.set_result(side.barrier_expired(event))
+            except Exception as exc:  # never leave the consumer thread hanging
+                expired.set_exception(exc)
+
+        if self._call(expire):
+            try:
+                return expired.result(timeout=2.0)
+            except Exception:  # noqa: S110 - timing out here must not stop the rebalance
+                pass
+        return BarrierOutcome(timed_out=True)
+
+    def take_commands(self) -> list[_Pending]:
+        pending: list[_Pending] = []
+        while True:
+            try:
+                pending.append(self._commands.get_nowait())
+            except queue.Empty:
+                return pending
+
+    def close(self) -> None:
+        """The consumer thread is done: fail whatever is still queued."""
+        self._closed = True
+        self._fail_queued()
+
+    def _call(self, callback: Callable[..., Any], *args: Any) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # loop closed: nobody is listening any more
+            return False
+        return True
+
+    def _fail_queued(self) -> None:
+        for pending in self.take_commands():
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                pending.future.set_exception(MemberGone("the group member has stopped"))
+
+    # -- loop ----------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Assignment:
+        return self._snapshot
+
+    async def submit(self, command: Command[T], timeout: float | None = None) -> T:
+        """Run ``command`` on the consumer thread and wait for its answer."""
+        if self._closed:
+            raise MemberGone("the group member has stopped")
+        pending = _Pending(command)
+        self._commands.put(pending)
+        if self._closed:
+            self._fail_queued()
+        result: T = await asyncio.wait_for(asyncio.wrap_future(pending.future), timeout)
+        return result
+
+    async def wait_for_change(self, after_sequence: int, timeout: float) -> Assignment:
+        """Return once the snapshot's sequence passes ``after_sequence`` or on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._snapshot.sequence <= after_sequence:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                break
+        return self._snapshot
+
+    async def wait_until(
+        self, predicate: Callable[[Assignment], bool], timeout: float
+    ) -> Assignment | None:
+        """Wait for a snapshot that satisfies ``predicate``; ``None`` on timeout."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self._snapshot):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return None
+        return self._snapshot
+
+    def _snapshot_changed(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()

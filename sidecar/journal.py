@@ -1,0 +1,302 @@
+"""The on-disk journal: events, subscriptions and their delivery state, in one SQLite file.
+
+SQLite in WAL mode lets the consumer thread append while the loop reads and records
+deliveries. A ``Journal`` is one connection and belongs to the thread that opened it:
+the consumer thread opens a *durable* one (``synchronous=FULL``: an appended event is on
+disk before the rebalance callback returns, as DESIGN.md promises), the loop opens its
+own with ``synchronous=NORMAL`` (a delivery record lost to a power cut only means one
+more redelivery, which at-least-once allows; a process crash loses nothing in WAL mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+from sidecar.model import Delivery, Event, EventDraft, EventType, Subscription, encode
+
+FILE_NAME = "journal.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('sequence', 0);
+CREATE TABLE IF NOT EXISTS events (
+    sequence   INTEGER PRIMARY KEY,
+    id         TEXT NOT NULL UNIQUE,
+    type       TEXT NOT NULL,
+    body       BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    id              TEXT PRIMARY KEY,
+    url             TEXT NOT NULL,
+    events          TEXT NOT NULL,
+    mode            TEXT NOT NULL,
+    secret          TEXT NOT NULL,
+    timeout_ms      INTEGER NOT NULL,
+    origin          TEXT NOT NULL,
+    created_at      REAL NOT NULL,
+    cursor          INTEGER NOT NULL,
+    disabled_reason TEXT
+);
+CREATE TABLE IF NOT EXISTS deliveries (
+    rowid           INTEGER PRIMARY KEY,
+    subscription_id TEXT NOT NULL,
+    sequence        INTEGER NOT NULL,
+    event_id        TEXT NOT NULL,
+    outcome         TEXT NOT NULL,
+    attempts        INTEGER NOT NULL,
+    status_code     INTEGER,
+    error           TEXT,
+    at              REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_by_subscription ON deliveries (subscription_id, rowid);
+"""
+
+_SUBSCRIPTION_COLUMNS = (
+    "id, url, events, mode, secret, timeout_ms, origin, created_at, cursor, disabled_reason"
+)
+
+
+class Journal:
+    """One connection to the journal; use it only from the thread that opened it."""
+
+    def __init__(self, data_dir: Path, *, durable: bool) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / FILE_NAME
+        self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            self._db.execute(statement)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    # -- events -------------------------------------------------------------------------
+
+    def append(self, draft: EventDraft) -> Event:
+        """Give the draft the next sequence number and store it; returns once committed."""
+        with self._transaction():
+            (sequence,) = self._db.execute(
+                "UPDATE meta SET value = value + 1 WHERE key = 'sequence' RETURNING value"
+            ).fetchone()
+            body = encode(draft.cloudevent(sequence))
+            self._db.execute(
+                "INSERT INTO events (sequence, id, type, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                (sequence, draft.id, draft.type.value, body, draft.time),
+            )
+        return Event(sequence=sequence, id=draft.id, type=draft.type, body=body)
+
+    def last_sequence(self) -> int:
+        (value,) = self._db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone()
+        return int(value)
+
+    def events_after(
+        self, sequence: int, limit: int, types: tuple[EventType, ...] | None = None
+    ) -> list[Event]:
+        if types is not None:
+            marks = ",".join("?" * len(types))
+            rows = self._db.execute(
+                f"SELECT sequence, id, type, body FROM events WHERE sequence > ? "  # noqa: S608
+                f"AND type IN ({marks}) ORDER BY sequence LIMIT ?",
+                (sequence, *(t.value for t in types), limit),
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT sequence, id, type, body FROM events WHERE sequence > ? "
+                "ORDER BY sequence LIMIT ?",
+                (sequence, limit),
+            ).fetchall()
+        return [Event(row[0], row[1], EventType(row[2]), bytes(row[3])) for row in rows]
+
+    def event(self, sequence: int) -> Event | None:
+        found = self.events_after(sequence - 1, 1)
+        return found[0] if found and found[0].sequence == sequence else None
+
+    def first_created_at(self, sequence: int) -> float | None:
+        row = self._db.execute(
+            "SELECT created_at FROM events WHERE sequence = ?", (sequence,)
+        ).fetchone()
+        return float(row[0]) if row else None
+
+    def export_jsonl(self, out: IO[str], after: int = 0) -> int:
+        """Write every event after ``after`` as one CloudEvent JSON per line."""
+        count = 0
+        while True:
+            batch = self.events_after(after, 1000)
+            if not batch:
+                return count
+            for event in batch:
+                out.write(event.body.decode() + "\n")
+            count += len(batch)
+            after = batch[-1].sequence
+
+    def prune(self, *, keep_events: int, max_age_seconds: float) -> int:
+        """Drop old events that every active subscription is past; returns how many."""
+        with self._transaction():
+            (floor,) = self._db.execute(
+                "SELECT COALESCE(MIN(cursor), (SELECT value FROM meta WHERE key='sequence')) "
+                "FROM subscriptions WHERE disabled_reason IS NULL"
+            ).fetchone()
+            newest = self.last_sequence()
+            cut = self._db.execute(
+                "DELETE FROM events WHERE sequence <= ? AND (sequence <= ? OR created_at < ?)",
+                (floor, newest - keep_events, time.time() - max_age_seconds),
+            ).rowcount
+            self._db.execute(
+                "DELETE FROM deliveries WHERE sequence < (SELECT COALESCE(MIN(sequence), 0) "
+                "FROM events)"
+            )
+        return int(cut)
+
+    def pending_events(self) -> int:
+        """Events some active subscription has not yet acknowledged or given up."""
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM events WHERE sequence > (SELECT COALESCE(MIN(cursor), "
+            "(SELECT value FROM meta WHERE key='sequence')) FROM subscriptions "
+            "WHERE disabled_reason IS NULL)"
+        ).fetchone()
+        return int(count)
+
+    def mark(self, key: str) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def set_mark(self, key: str, value: int) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- subscriptions --------------------------------------------------------------------
+
+    def save_subscription(self, sub: Subscription) -> None:
+        with self._transaction():
+            self._db.execute(
+                f"INSERT INTO subscriptions ({_SUBSCRIPTION_COLUMNS}) "  # noqa: S608
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                "url=excluded.url, events=excluded.events, mode=excluded.mode, "
+                "secret=excluded.secret, timeout_ms=excluded.timeout_ms, origin=excluded.origin",
+                (
+                    sub.id,
+                    sub.url,
+                    json.dumps([e.value for e in sub.events]),
+                    sub.mode,
+                    sub.secret,
+                    sub.timeout_ms,
+                    sub.origin,
+                    sub.created_at,
+                    sub.cursor,
+                    sub.disabled_reason,
+                ),
+            )
+
+    def subscriptions(self) -> list[Subscription]:
+        rows = self._db.execute(
+            f"SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions ORDER BY created_at, id"  # noqa: S608
+        ).fetchall()
+        return [_subscription(row) for row in rows]
+
+    def subscription(self, sub_id: str) -> Subscription | None:
+        row = self._db.execute(
+            f"SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id = ?",  # noqa: S608
+            (sub_id,),
+        ).fetchone()
+        return _subscription(row) if row else None
+
+    def delete_subscription(self, sub_id: str) -> bool:
+        with self._transaction():
+            deleted = self._db.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,))
+            self._db.execute("DELETE FROM deliveries WHERE subscription_id = ?", (sub_id,))
+        return deleted.rowcount > 0
+
+    def advance(self, sub_id: str, sequence: int, delivery: Delivery) -> None:
+        """Move the cursor past ``sequence`` and log how it ended, atomically."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE subscriptions SET cursor = MAX(cursor, ?) WHERE id = ?", (sequence, sub_id)
+            )
+            self._insert_delivery(delivery)
+
+    def disable(self, sub_id: str, reason: str) -> None:
+        with self._transaction():
+            self._db.execute(
+                "UPDATE subscriptions SET disabled_reason = ? WHERE id = ?", (reason, sub_id)
+            )
+
+    def record(self, delivery: Delivery) -> None:
+        with self._transaction():
+            self._insert_delivery(delivery)
+
+    def _insert_delivery(self, d: Delivery) -> None:
+        self._db.execute(
+            "INSERT INTO deliveries (subscription_id, sequence, event_id, outcome, attempts, "
+            "status_code, error, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                d.subscription_id,
+                d.sequence,
+                d.event_id,
+                d.outcome,
+                d.attempts,
+                d.status_code,
+                d.error,
+                d.at,
+            ),
+        )
+
+    def deliveries(self, sub_id: str, limit: int) -> list[Delivery]:
+        rows = self._db.execute(
+            "SELECT subscription_id, sequence, event_id, outcome, attempts, status_code, error, "
+            "at FROM deliveries WHERE subscription_id = ? ORDER BY rowid DESC LIMIT ?",
+            (sub_id, limit),
+        ).fetchall()
+        return [Delivery(*row) for row in rows]
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: take the write lock up front, never mid-way."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
+        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _subscription(row: tuple[object, ...]) -> Subscription:
+    (sub_id, url, events, mode, secret, timeout_ms, origin, created_at, cursor, disabled) = row
+    return Subscription(
+        id=str(sub_id),
+        url=str(url),
+        events=tuple(EventType(e) for e in json.loads(str(events))),
+        mode="blocking" if mode == "blocking" else "async",
+        secret=str(secret),
+        timeout_ms=int(str(timeout_ms)),
+        origin="settings" if origin == "settings" else "api",
+        created_at=float(str(created_at)),
+        cursor=int(str(cursor)),
+        disabled_reason=None if disabled is None else str(disabled),
+    )
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, object]]:
+    """Read a JSONL export back (tests, analytics inputs)."""
+    with path.open() as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)

@@ -1,0 +1,75 @@
+"""The one place logging is configured: structlog, JSON off a terminal, secrets redacted.
+
+Standard-library loggers (uvicorn, librdkafka through confluent-kafka's ``logger``) are
+routed through the same processors, so every line has one format.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any, Literal
+
+import structlog
+
+_SECRET_KEYS = re.compile(r"(token|secret|password|authorization|sasl)", re.IGNORECASE)
+_INLINE = re.compile(r"(whsec_)[A-Za-z0-9+/=]+|(Bearer\s+)\S+")
+REDACTED = "[redacted]"
+
+
+def redact(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Drop the values of secret-looking keys and inline secrets from every line."""
+    for key, value in list(event_dict.items()):
+        if _SECRET_KEYS.search(key) and value is not None:
+            event_dict[key] = REDACTED
+        elif isinstance(value, str):
+            event_dict[key] = _INLINE.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, value)
+    return event_dict
+
+
+def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "auto") -> None:
+    json_lines = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        redact,
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json_lines
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info if json_lines else _identity,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("uvicorn.access", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _identity(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    return event_dict

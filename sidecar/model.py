@@ -1,0 +1,239 @@
+"""Value types shared by every part: partitions, the assignment snapshot, the event.
+
+All of them are immutable, so the consumer thread can hand them to the asyncio loop
+without locks: publishing a new snapshot is replacing one reference.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Protocol = Literal["eager", "cooperative"]
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition}
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class PartitionOffset:
+    """A partition with an offset: the committed one (``None`` when there is none)."""
+
+    topic: str
+    partition: int
+    offset: int | None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+
+class MemberState(enum.StrEnum):
+    STARTING = "starting"
+    JOINING = "joining"
+    STABLE = "stable"
+    REBALANCING = "rebalancing"
+    LOST = "lost"
+    STOPPED = "stopped"
+
+
+class EventType(enum.StrEnum):
+    ASSIGNED = "kafka.partitions.assigned"
+    REVOKED = "kafka.partitions.revoked"
+    LOST = "kafka.partitions.lost"
+    REBALANCE_REQUESTED = "kafka.rebalance.requested"
+
+    @property
+    def gates_rebalance(self) -> bool:
+        """Revoked and lost hold the group until blocking subscribers acknowledge."""
+        return self in (EventType.REVOKED, EventType.LOST)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What the consumer thread last published; the HTTP side only ever reads this."""
+
+    group_id: str
+    member_id: str | None
+    group_instance_id: str | None
+    generation_id: int
+    protocol: Protocol
+    state: MemberState
+    partitions: tuple[TopicPartition, ...]
+    sequence: int
+    updated_at: float = field(default_factory=time.time)
+    error: str | None = None
+    connected: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "generation_id": self.generation_id,
+            "protocol": self.protocol,
+            "state": self.state.value,
+            "partitions": [tp.as_dict() for tp in self.partitions],
+            "sequence": self.sequence,
+            "updated_at": rfc3339(self.updated_at),
+            "error": self.error,
+            "connected": self.connected,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event before the journal gave it a sequence number."""
+
+    type: EventType
+    group_id: str
+    member_id: str | None
+    group_instance_id: str | None
+    generation_id: int
+    protocol: Protocol
+    partitions: tuple[PartitionOffset, ...]
+    assignment: tuple[TopicPartition, ...]
+    reason: str | None
+    time: float = field(default_factory=time.time)
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def source(self) -> str:
+        return f"kafka://{self.group_id}/{self.group_instance_id or self.member_id or 'unknown'}"
+
+    def cloudevent(self, sequence: int) -> dict[str, Any]:
+        partitions: list[dict[str, Any]] = [
+            p.as_dict() if self.type is EventType.ASSIGNED else p.tp.as_dict()
+            for p in self.partitions
+        ]
+        return {
+            "specversion": "1.0",
+            "id": self.id,
+            "source": self.source,
+            "type": self.type.value,
+            "time": rfc3339(self.time),
+            "sequence": str(sequence),
+            "datacontenttype": "application/json",
+            "data": {
+                "group_id": self.group_id,
+                "member_id": self.member_id,
+                "group_instance_id": self.group_instance_id,
+                "generation_id": self.generation_id,
+                "protocol": self.protocol,
+                "partitions": partitions,
+                "assignment": [tp.as_dict() for tp in self.assignment],
+                "reason": self.reason,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A journaled event: its sequence, type and the CloudEvent body exactly as delivered."""
+
+    sequence: int
+    id: str
+    type: EventType
+    body: bytes
+
+    @property
+    def cloudevent(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.body)
+        return parsed
+
+    @property
+    def partitions(self) -> tuple[TopicPartition, ...]:
+        return tuple(
+            TopicPartition(p["topic"], p["partition"])
+            for p in self.cloudevent["data"]["partitions"]
+        )
+
+
+def rfc3339(epoch_seconds: float) -> str:
+    return (
+        datetime.fromtimestamp(epoch_seconds, tz=UTC)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def encode(document: dict[str, Any]) -> bytes:
+    """The one JSON encoding of events: compact, so the signed bytes are the sent bytes."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A registered webhook. ``cursor`` is the last sequence acknowledged or given up."""
+
+    id: str
+    url: str
+    events: tuple[EventType, ...]
+    mode: Literal["blocking", "async"]
+    secret: str
+    timeout_ms: int
+    origin: Literal["api", "settings"]
+    created_at: float
+    cursor: int
+    disabled_reason: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.mode == "blocking"
+
+    def wants(self, event_type: EventType) -> bool:
+        return self.disabled_reason is None and event_type in self.events
+
+    def public(self) -> dict[str, Any]:
+        """The listing form: never the secret."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "events": [e.value for e in self.events],
+            "mode": self.mode,
+            "timeout_ms": self.timeout_ms,
+            "origin": self.origin,
+            "created_at": rfc3339(self.created_at),
+            "cursor": self.cursor,
+            "disabled": self.disabled_reason is not None,
+            "disabled_reason": self.disabled_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One line of a subscription's delivery log."""
+
+    subscription_id: str
+    sequence: int
+    event_id: str
+    outcome: str
+    attempts: int
+    status_code: int | None
+    error: str | None
+    at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "event_id": self.event_id,
+            "outcome": self.outcome,
+            "attempts": self.attempts,
+            "status_code": self.status_code,
+            "error": self.error,
+            "at": rfc3339(self.at),
+        }

@@ -1,0 +1,375 @@
+"""The one frozen settings object, built once at the edge from the environment and a file.
+
+Every setting is documented with its unit and the reason for its default; the README's
+configuration table is generated from the same descriptions (``Settings.model_fields``).
+Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "SIDECAR_"
+KAFKA_ENV_PREFIX = "SIDECAR_KAFKA_"
+CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
+
+EVENT_TYPES = (
+    "kafka.partitions.assigned",
+    "kafka.partitions.revoked",
+    "kafka.partitions.lost",
+    "kafka.rebalance.requested",
+)
+
+# librdkafka properties the sidecar owns: letting users override them would break the
+# guarantees (we never fetch, never auto-commit, and own the callbacks and identity).
+RESERVED_KAFKA_PROPERTIES = frozenset(
+    {
+        "group.id",
+        "bootstrap.servers",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "group.instance.id",
+        "group.protocol",
+        "partition.assignment.strategy",
+    }
+)
+
+_HOST_PORT = re.compile(
+    r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
+)
+
+
+class InvalidSettings(Exception):
+    """Settings that cannot run; ``str()`` names every offending setting."""
+
+
+class WebhookSpec(BaseModel):
+    """A webhook declared at deploy time (``SIDECAR_WEBHOOKS``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    events: tuple[str, ...] = EVENT_TYPES[:3]
+    mode: Literal["blocking", "async"] = "blocking"
+    secret: SecretStr  # required: the application must know it to verify signatures
+    timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def kafka_properties_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``SIDECAR_KAFKA_SESSION_TIMEOUT_MS=6000`` -> ``{"session.timeout.ms": "6000"}``.
+
+    ``_`` becomes ``.`` and ``__`` becomes ``_`` (for the few librdkafka names with one).
+    """
+    props: dict[str, str] = {}
+    for key, value in environ.items():
+        if not key.startswith(KAFKA_ENV_PREFIX) or key == KAFKA_ENV_PREFIX:
+            continue
+        raw = key[len(KAFKA_ENV_PREFIX) :].lower()
+        name = ".".join(part.replace("\0", "_") for part in raw.replace("__", "\0").split("_"))
+        props[name] = value
+    return props
+
+
+class Settings(BaseSettings):
+    """Everything the sidecar needs, validated once. Units are in the names."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", case_sensitive=False
+    )
+
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Kafka bootstrap servers, `host:port[,host:port]`. Unset: only `demo` runs "
+        "(embedded mock cluster).",
+    )
+    group_id: str = Field(
+        default="", description="Consumer group the sidecar joins for the application."
+    )
+    topics: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Comma-separated topics; an entry starting with `^` is a regex.",
+    )
+    group_instance_id: str | None = Field(
+        default=None,
+        description="Static membership id (KIP-345), typically the pod name: a restart within "
+        "the session timeout causes no rebalance.",
+    )
+    group_protocol: Literal["classic", "consumer"] = Field(
+        default="classic",
+        description="`classic` (JoinGroup/SyncGroup) or `consumer` (KIP-848, broker-side "
+        "assignment, always cooperative).",
+    )
+    assignment_strategy: str | None = Field(
+        default=None,
+        description="librdkafka `partition.assignment.strategy` (classic only), e.g. `range`, "
+        "`roundrobin`, `cooperative-sticky`. Default: librdkafka's (`range,roundrobin`).",
+    )
+    revoke_timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        description="Bound of the revoke barrier: how long a revoked/lost callback waits for "
+        "blocking subscribers. Must stay well below `max.poll.interval.ms` (the rebalance "
+        "timeout) or the member is evicted while it waits.",
+    )
+    api_host: str = Field(
+        default="127.0.0.1",
+        description="HTTP listener address. Non-loopback requires `SIDECAR_API_TOKEN`.",
+    )
+    api_port: int = Field(default=8080, ge=0, le=65535, description="HTTP listener port.")
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token required by mutating endpoints (POST, DELETE).",
+    )
+    data_dir: Path = Field(
+        default=Path(".rebalance-sidecar"),
+        description="Directory of the journal (SQLite, WAL mode).",
+    )
+    webhooks: tuple[WebhookSpec, ...] = Field(
+        default=(),
+        description="Webhooks declared at deploy time: JSON list of "
+        "`{url, events, mode, secret, timeout_ms, id}`.",
+    )
+    webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Comma-separated hosts webhooks may target; empty allows any host.",
+    )
+    webhook_max_attempts: int = Field(
+        default=0, ge=0, description="Give up a delivery after this many attempts (0: no limit)."
+    )
+    webhook_max_age_ms: int = Field(
+        default=3_600_000,
+        ge=1_000,
+        description="Give up a delivery this long after the event was journaled. A blocking "
+        "subscriber that is down holds its later events until then (ordering).",
+    )
+    webhook_backoff_initial_ms: int = Field(
+        default=500, ge=1, description="First retry delay; doubles per attempt, full jitter."
+    )
+    webhook_backoff_max_ms: int = Field(
+        default=30_000, ge=1, description="Largest retry delay, also caps `Retry-After`."
+    )
+    events_topic: str | None = Field(
+        default=None,
+        description="Also produce every event to this Kafka topic (the fleet journal), keyed "
+        "by group id, with an idempotent producer.",
+    )
+    journal_retention_events: int = Field(
+        default=100_000, ge=100, description="Keep at most this many delivered events."
+    )
+    journal_retention_hours: float = Field(
+        default=168.0, gt=0, description="Drop delivered events older than this."
+    )
+    drain_timeout_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        description="Default deadline of `POST /drain` (leave the group, deliver `revoked`).",
+    )
+    shutdown_timeout_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        description="On SIGTERM: leave the group and stop within this; then a hard exit.",
+    )
+    poll_timeout_ms: int = Field(
+        default=100,
+        ge=10,
+        le=1_000,
+        description="`poll()` timeout; also the latency bound for commands (enforce, commit).",
+    )
+    statistics_interval_ms: int = Field(
+        default=5_000, ge=0, description="librdkafka statistics interval for metrics (0: off)."
+    )
+    committed_timeout_ms: int = Field(
+        default=5_000, ge=100, description="Bound of reading committed offsets on assignment."
+    )
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto", description="`auto`: console on a terminal, JSON otherwise."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra librdkafka properties (`SIDECAR_KAFKA_<NAME>`: `_` -> `.`, "
+        "`__` -> `_`), e.g. security and SASL settings.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+    @field_validator("topics", "webhook_allowed_hosts", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("webhooks", mode="before")
+    @classmethod
+    def _parse_webhooks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else ()
+        return value
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            if topic.startswith("^"):
+                try:
+                    re.compile(topic)
+                except re.error as exc:
+                    raise ValueError(f"{topic!r} is not a valid regex: {exc}") from None
+            elif not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
+                raise ValueError(f"{topic!r} is not a valid topic name")
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for entry in value.split(","):
+            match = _HOST_PORT.match(entry.strip())
+            if not match or not 0 < int(match.group(2)) < 65536:
+                raise ValueError(f"{entry.strip()!r} is not host:port")
+        return value.strip()
+
+    @field_validator("kafka")
+    @classmethod
+    def _check_kafka(cls, value: dict[str, str]) -> dict[str, str]:
+        clash = sorted(RESERVED_KAFKA_PROPERTIES & set(value))
+        if clash:
+            raise ValueError(
+                f"{', '.join(clash)} cannot be set here; use the dedicated SIDECAR_ settings "
+                "(or none: the sidecar owns commits and fetching)"
+            )
+        return {k: str(v) for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Settings:
+        max_poll = int(self.kafka.get("max.poll.interval.ms", "300000"))
+        # The barrier blocks the member's rejoin; leave room for the join itself.
+        if self.revoke_timeout_ms > max_poll - 5_000 or self.revoke_timeout_ms > max_poll * 0.8:
+            raise ValueError(
+                f"revoke_timeout_ms={self.revoke_timeout_ms} leaves no headroom under "
+                f"max.poll.interval.ms={max_poll}: keep it below 80% and 5 s under it"
+            )
+        if self.group_protocol == "consumer" and self.assignment_strategy:
+            raise ValueError(
+                "assignment_strategy applies to group_protocol=classic only; with "
+                "group_protocol=consumer the broker assigns (see group.remote.assignor)"
+            )
+        if not _is_loopback(self.api_host) and self.api_token is None:
+            raise ValueError(
+                f"api_host={self.api_host} is not loopback: set SIDECAR_API_TOKEN so mutating "
+                "endpoints are not open to the network"
+            )
+        return self
+
+    @property
+    def cooperative(self) -> bool:
+        """Whether rebalances are incremental (KIP-429 or KIP-848) rather than eager."""
+        if self.group_protocol == "consumer":
+            return True
+        return "cooperative-sticky" in (self.assignment_strategy or "")
+
+    @property
+    def protocol_name(self) -> Literal["eager", "cooperative"]:
+        return "cooperative" if self.cooperative else "eager"
+
+    def require_group(self) -> None:
+        """The checks that only ``run`` needs (``demo`` fills these in itself)."""
+        missing = [
+            f"{ENV_PREFIX}{name.upper()}"
+            for name, present in (
+                ("bootstrap_servers", self.bootstrap_servers),
+                ("group_id", self.group_id),
+                ("topics", self.topics),
+            )
+            if not present
+        ]
+        if missing:
+            raise InvalidSettings(
+                f"missing required setting(s): {', '.join(missing)} "
+                "(or run `rebalance-sidecar demo` for the embedded cluster)"
+            )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is not valid: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings")
+    return data
+
+
+def load_settings(environ: Mapping[str, str], config_file: Path | None = None) -> Settings:
+    """Build the settings: file < environment; raise ``InvalidSettings`` naming the culprit."""
+    if config_file is None and environ.get(CONFIG_FILE_ENV):
+        config_file = Path(environ[CONFIG_FILE_ENV])
+    values: dict[str, Any] = _read_file(config_file) if config_file else {}
+    kafka = {str(k): str(v) for k, v in (values.pop("kafka", None) or {}).items()}
+    kafka.update(kafka_properties_from_env(environ))
+    values["kafka"] = kafka
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise InvalidSettings(_describe(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise InvalidSettings(f"{ENV_PREFIX}WEBHOOKS: not valid JSON: {exc}") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        name = f"{ENV_PREFIX}{loc[0].upper()}" if loc else "settings"
+        if loc and loc[0] == "kafka" and len(loc) > 1:
+            name = f"kafka property {loc[1]}"
+        where = f"{name}{'[' + ']['.join(loc[1:]) + ']' if len(loc) > 1 else ''}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"invalid setting {where}: {message}")
+    return "\n".join(lines)
