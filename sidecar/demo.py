@@ -35,10 +35,15 @@ class Peer(threading.Thread):
         self._leave = threading.Event()
 
     def run(self) -> None:
-        consumer = Consumer({
-            "bootstrap.servers": self._servers, "group.id": GROUP, **_PEER_CONFIG,
-            "enable.auto.commit": False, "client.id": self.name,
-        })
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._servers,
+                "group.id": GROUP,
+                **_PEER_CONFIG,
+                "enable.auto.commit": False,
+                "client.id": self.name,
+            }
+        )
         consumer.subscribe(list(TOPICS))
         while not self._leave.is_set():
             consumer.poll(0.2)

@@ -47,6 +47,8 @@ log = structlog.get_logger("sidecar.member")
 _CGMD_MAGIC = b"CGMDv2:"
 _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
+# An enforce whose rebalance never completed stops coalescing new requests after this.
+_ENFORCE_COALESCE_SECONDS = 60.0
 
 
 def generation_of(cgmd: bytes) -> int:
@@ -61,6 +63,10 @@ def generation_of(cgmd: bytes) -> int:
 
 class NotInGroup(RuntimeError):
     """The member is not (or no longer) in the group: nothing to enforce or commit as."""
+
+
+class EnforceUnsupported(RuntimeError):
+    """KIP-848 groups: the broker owns assignment; a client cannot force a rebalance."""
 
 
 class NotOwned(RuntimeError):
@@ -131,6 +137,10 @@ class GroupMember:
         self._counted_generation: int | None = None
         self._enforce_pending: str | None = None
         self._nonce = 0
+        self._leave_reason: str | None = None
+        self._assigned_at = 0.0  # monotonic time of the last assignment
+        self._rebalancing_seen_in_stats = False
+        self._enforced_at = 0.0
         self._log = log.bind(group_id=settings.group_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
@@ -238,6 +248,7 @@ class GroupMember:
         if consumer is None:
             return
         self._log.info("leaving the group", reason=reason)
+        self._leave_reason = reason
         try:
             # close() runs the revoke callback (barrier included) and leaves the group;
             # static members send no LeaveGroup, so a quick restart moves nothing.
@@ -313,16 +324,23 @@ class GroupMember:
             or self._state in (MemberState.STARTING, MemberState.STOPPED)
         ):
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        if self._enforce_pending is not None or self._state in (
-            MemberState.REBALANCING,
-            MemberState.JOINING,
-        ):
+        if self._settings.group_protocol == "consumer":
+            raise EnforceUnsupported(
+                "group.protocol=consumer (KIP-848): the broker computes assignments and bumps "
+                "the group epoch itself; a member cannot force a rebalance (Java's "
+                "enforceRebalance is a no-op there too). Membership or subscription changes "
+                "trigger one."
+            )
+        pending = self._enforce_pending is not None and (
+            time.monotonic() - self._enforced_at < _ENFORCE_COALESCE_SECONDS
+        )
+        if pending or self._state in (MemberState.REBALANCING, MemberState.JOINING):
             # KIP-568: a rebalance is already under way; this request joins it.
             self._metrics.enforced.labels("coalesced").inc()
             self._log.info("enforce-rebalance joined the rebalance under way", reason=reason)
             return EnforceResult(self._generation, started=False)
         self._enforce_pending = reason
-        self._rebalance_started = time.monotonic()
+        self._enforced_at = self._rebalance_started = time.monotonic()
         self._append(EventType.REBALANCE_REQUESTED, (), reason=reason)
         self._rejoin()
         self._metrics.enforced.labels("started").inc()
@@ -338,6 +356,8 @@ class GroupMember:
         assignor keeps every partition where it is.
         """
         if not self._settings.cooperative:
+            assert self._consumer is not None
+            self._consumer.unsubscribe()
             self._subscribe()
             return
         self._nonce += 1
@@ -362,6 +382,8 @@ class GroupMember:
             for po in offsets:
                 self._owned[po.tp] = None
             self._state = MemberState.STABLE
+            self._assigned_at = time.monotonic()
+            self._rebalancing_seen_in_stats = False
             self._connected = True
             self._error = None
             event = self._append(EventType.ASSIGNED, offsets, reason=self._reason())
@@ -472,22 +494,34 @@ class GroupMember:
             if up and self._error and not self._error.startswith("fatal"):
                 self._error = None
             changed = True
+        # Statistics are sampled before they reach us: a sample taken before our last
+        # assignment says nothing about now. ``ts`` is librdkafka's CLOCK_MONOTONIC in us,
+        # the clock behind time.monotonic() on Linux.
+        sampled_at = float(stats.get("ts", 0)) / 1e6
         join_state = cgrp.get("join_state")
-        if join_state not in (None, "steady", "init") and self._state is MemberState.STABLE:
-            self._state = MemberState.REBALANCING
-            if self._rebalance_started is None:
-                self._rebalance_started = time.monotonic()
-            changed = True
-        self._last_reason = cgrp.get("rebalance_reason") or None
+        if sampled_at > self._assigned_at:
+            if join_state not in (None, "steady", "init") and self._state is MemberState.STABLE:
+                self._state = MemberState.REBALANCING
+                self._rebalancing_seen_in_stats = True
+                if self._rebalance_started is None:
+                    self._rebalance_started = time.monotonic()
+                changed = True
+            elif (
+                join_state == "steady"
+                and self._state is MemberState.REBALANCING
+                and self._rebalancing_seen_in_stats
+            ):
+                self._state = MemberState.STABLE  # a rebalance that moved nothing here
+                self._rebalancing_seen_in_stats = False
+                changed = True
         if changed:
             self._publish()
 
     # -- helpers ---------------------------------------------------------------------------
 
-    _last_reason: str | None = None
-
     def _reason(self) -> str | None:
-        return self._enforce_pending or self._last_reason
+        """Why: the enforce reason when this member asked (KIP-800); else unknown here."""
+        return self._enforce_pending or self._leave_reason
 
     def _committed(
         self, consumer: Consumer, partitions: list[KafkaTopicPartition]

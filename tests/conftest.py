@@ -25,7 +25,10 @@ def kafka_bootstrap() -> Iterator[str]:
         return
     was_running = subprocess.run([str(KAFKA_SH), "status"], capture_output=True).returncode == 0
     started = subprocess.run(
-        [str(KAFKA_SH), "start"], capture_output=True, text=True, timeout=600,
+        [str(KAFKA_SH), "start"],
+        capture_output=True,
+        text=True,
+        timeout=600,
         stdin=subprocess.DEVNULL,
     )
     if started.returncode != 0:
@@ -44,9 +47,7 @@ def topic_factory(kafka_bootstrap: str) -> Callable[[int], str]:
 
 
 @pytest.fixture
-def sidecar_factory(
-    kafka_bootstrap: str, tmp_path: Path
-) -> Iterator[Callable[..., Sidecar]]:
+def sidecar_factory(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Sidecar]]:
     """Start sidecars as subprocesses; every one is stopped at the end of the test."""
     started: list[Sidecar] = []
     count = 0
@@ -63,6 +64,8 @@ def sidecar_factory(
     yield make
     for sidecar in started:
         sidecar.stop()
+        # Shown by pytest only when the test failed.
+        print(f"---- {sidecar.name} (port {sidecar.port}) ----\n{sidecar.logs()[-4000:]}")
 
 
 @pytest.fixture

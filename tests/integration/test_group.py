@@ -106,7 +106,10 @@ def test_static_member_restart_within_session_timeout_causes_no_rebalance(
 
     assert restarting.terminate() == 0
     restarted = sidecar_factory(
-        group_id, topic, instance_id="worker-0", name="static-0-again",
+        group_id,
+        topic,
+        instance_id="worker-0",
+        name="static-0-again",
         data_dir=restarting.data_dir,
     )
     restarted.wait_stable(timeout=30)
@@ -135,9 +138,11 @@ def test_long_poll_answers_on_change_and_on_timeout(
     import threading
 
     answers: list[dict[str, object]] = []
-    poller = threading.Thread(target=lambda: answers.append(
-        first.client.get("/assignment", params={"after": sequence, "wait": 120}).json()
-    ))
+    poller = threading.Thread(
+        target=lambda: answers.append(
+            first.client.get("/assignment", params={"after": sequence, "wait": 120}).json()
+        )
+    )
     poller.start()
     sidecar_factory(group_id, topic)  # a second member joins: the first is rebalanced
     poller.join(timeout=120)

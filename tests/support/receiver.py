@@ -53,7 +53,7 @@ def accept(event: dict[str, Any]) -> tuple[int, Any, float]:
 
 
 class Receiver:
-    def __init__(self, secret: str, responder: Responder = accept) -> None:
+    def __init__(self, secret: str, responder: Responder = accept, port: int = 0) -> None:
         self.secret = secret
         self.responder = responder
         self.received: list[Received] = []
@@ -61,13 +61,18 @@ class Receiver:
         self.attempts = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        return f"http://127.0.0.1:{self.port}/hook"
 
     def start(self) -> Receiver:
         self._thread.start()
@@ -136,8 +141,8 @@ class Receiver:
 
 
 @contextmanager
-def running(secret: str, responder: Responder = accept) -> Iterator[Receiver]:
-    receiver = Receiver(secret, responder).start()
+def running(secret: str, responder: Responder = accept, port: int = 0) -> Iterator[Receiver]:
+    receiver = Receiver(secret, responder, port).start()
     try:
         yield receiver
     finally:

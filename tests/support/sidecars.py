@@ -57,26 +57,33 @@ class Sidecar:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / f"{name}.log"
         env = {
-            k: v for k, v in os.environ.items()
+            k: v
+            for k, v in os.environ.items()
             if not k.startswith("SIDECAR_") and k != "KAFKA_BOOTSTRAP_SERVERS"
         }
-        env.update(FAST_GROUP if protocol == "classic" else {
-            "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
-            "SIDECAR_KAFKA_TOPIC_METADATA_REFRESH_INTERVAL_MS": "2000",
-        })
-        env.update({
-            "SIDECAR_BOOTSTRAP_SERVERS": bootstrap,
-            "SIDECAR_GROUP_ID": group,
-            "SIDECAR_TOPICS": topics,
-            "SIDECAR_GROUP_PROTOCOL": protocol,
-            "SIDECAR_API_PORT": str(self.port),
-            "SIDECAR_DATA_DIR": str(data_dir),
-            "SIDECAR_REVOKE_TIMEOUT_MS": str(revoke_timeout_ms),
-            "SIDECAR_STATISTICS_INTERVAL_MS": "1000",
-            "SIDECAR_SHUTDOWN_TIMEOUT_MS": "40000",
-            "SIDECAR_LOG_FORMAT": "json",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            FAST_GROUP
+            if protocol == "classic"
+            else {
+                "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
+                "SIDECAR_KAFKA_TOPIC_METADATA_REFRESH_INTERVAL_MS": "2000",
+            }
+        )
+        env.update(
+            {
+                "SIDECAR_BOOTSTRAP_SERVERS": bootstrap,
+                "SIDECAR_GROUP_ID": group,
+                "SIDECAR_TOPICS": topics,
+                "SIDECAR_GROUP_PROTOCOL": protocol,
+                "SIDECAR_API_PORT": str(self.port),
+                "SIDECAR_DATA_DIR": str(data_dir),
+                "SIDECAR_REVOKE_TIMEOUT_MS": str(revoke_timeout_ms),
+                "SIDECAR_STATISTICS_INTERVAL_MS": "1000",
+                "SIDECAR_SHUTDOWN_TIMEOUT_MS": "40000",
+                "SIDECAR_LOG_FORMAT": "json",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if strategy and protocol == "classic":
             env["SIDECAR_ASSIGNMENT_STRATEGY"] = strategy
         if instance_id:
@@ -95,7 +102,11 @@ class Sidecar:
     def start(self) -> Sidecar:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            COMMAND, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            COMMAND,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
             start_new_session=True,
         )
         log.close()
@@ -152,7 +163,8 @@ class Sidecar:
 
     def history(self, after: int = 0) -> list[dict[str, Any]]:
         response = self.client.get(
-            "/events", params={"after": after, "limit": 10000},
+            "/events",
+            params={"after": after, "limit": 10000},
             headers={"Accept": "application/json"},
         )
         response.raise_for_status()

@@ -1,0 +1,283 @@
+"""Rebalance events as Spark sees them: the CloudEvent schema, the readers, the clean-up.
+
+Every reader returns the *raw* frame (one row per record read, duplicates included,
+columns of :data:`EVENT_SCHEMA` with ``data`` as a struct); :func:`normalize` turns it
+into the flat frame the table builders work on, and :func:`deduplicate` keeps one row
+per event id (delivery is at-least-once, so the same event may be read several times).
+
+Accepted inputs (see docs/analytics.md):
+
+- JSONL: one CloudEvent JSON object per line (the journal export, or the Kafka values
+  dumped to a file). Files or directories; ``.gz`` and other Hadoop codecs work.
+- Parquet: the CloudEvent attributes as columns and ``data`` as a struct with the
+  fields of :data:`DATA_SCHEMA` (what ``--stream`` stores under ``_events/``), or
+  ``data_json``: the ``data`` object as a JSON string.
+- Kafka: the fleet-journal topic; the record value is the CloudEvent JSON (UTF-8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+ASSIGNED = "kafka.partitions.assigned"
+REVOKED = "kafka.partitions.revoked"
+LOST = "kafka.partitions.lost"
+REQUESTED = "kafka.rebalance.requested"
+MEMBERSHIP_TYPES = (ASSIGNED, REVOKED, LOST)
+
+PARTITION_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+    ]
+)
+TOPIC_PARTITION_SCHEMA = StructType(
+    [StructField("topic", StringType()), StructField("partition", IntegerType())]
+)
+DATA_SCHEMA = StructType(
+    [
+        StructField("group_id", StringType()),
+        StructField("member_id", StringType()),
+        StructField("group_instance_id", StringType()),
+        StructField("generation_id", LongType()),
+        StructField("protocol", StringType()),
+        StructField("partitions", ArrayType(PARTITION_SCHEMA)),
+        StructField("assignment", ArrayType(TOPIC_PARTITION_SCHEMA)),
+        StructField("reason", StringType()),
+    ]
+)
+# `time` and `sequence` stay strings here: RFC 3339 and a decimal string on the wire;
+# normalize() parses them, so one bad record becomes a dropped row, not a failed job.
+EVENT_SCHEMA = StructType(
+    [
+        StructField("specversion", StringType()),
+        StructField("id", StringType()),
+        StructField("source", StringType()),
+        StructField("type", StringType()),
+        StructField("time", StringType()),
+        StructField("sequence", StringType()),
+        StructField("datacontenttype", StringType()),
+        StructField("data", DATA_SCHEMA),
+    ]
+)
+RAW_COLUMNS = [f.name for f in EVENT_SCHEMA.fields]
+
+# The flat frame every table is built from (see normalize()). `partitions` drops the
+# offsets and `assignment` becomes its size: no table needs more, and the rows stay
+# narrow through the shuffles.
+NORMALIZED_SCHEMA = StructType(
+    [
+        StructField("event_id", StringType(), False),
+        StructField("source", StringType()),
+        StructField("type", StringType(), False),
+        StructField("time", TimestampType(), False),
+        StructField("sequence", LongType()),
+        StructField("group_id", StringType(), False),
+        StructField("member", StringType(), False),
+        StructField("member_id", StringType()),
+        StructField("group_instance_id", StringType()),
+        StructField("generation_id", LongType(), False),
+        StructField("protocol", StringType()),
+        StructField("partitions", ArrayType(TOPIC_PARTITION_SCHEMA), False),
+        StructField("assignment_size", IntegerType()),
+        StructField("reason", StringType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """A ``kafka://host:port[,host:port...]/topic`` input."""
+
+    bootstrap_servers: str
+    topic: str
+
+    @classmethod
+    def parse(cls, url: str) -> KafkaInput:
+        parts = urlsplit(url)
+        topic = parts.path.lstrip("/")
+        if parts.scheme != "kafka" or not parts.netloc or not topic or "/" in topic:
+            raise ValueError(f"expected kafka://host:port/topic, got {url!r}")
+        return cls(bootstrap_servers=parts.netloc, topic=topic)
+
+    def options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, "subscribe": self.topic}
+
+
+def is_kafka_url(value: str) -> bool:
+    return value.startswith("kafka://")
+
+
+def read_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Raw events from JSONL and/or Parquet files or directories."""
+    if not paths:
+        raise ValueError("no input paths")
+    parquet = [p for p in paths if _looks_like_parquet(Path(p))]
+    jsonl = [p for p in paths if p not in parquet]
+    frames: list[DataFrame] = []
+    if jsonl:
+        frames.append(spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE").json(jsonl))
+    if parquet:
+        frames.append(parquet_to_raw(spark.read.parquet(*parquet)))
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def _looks_like_parquet(path: Path) -> bool:
+    if path.is_dir():
+        files = [p for p in path.iterdir() if not p.name.startswith(("_", "."))]
+        return any(p.suffix == ".parquet" for p in files) or any(
+            p.is_dir() and "=" in p.name for p in files
+        )
+    return path.suffix == ".parquet"
+
+
+def parquet_to_raw(frame: DataFrame) -> DataFrame:
+    """Bring a Parquet frame to :data:`EVENT_SCHEMA` (``data`` struct or ``data_json``)."""
+    columns = set(frame.columns)
+    if "data" in columns:
+        # Round-trip through JSON so a struct with other field order, missing optional
+        # fields or extra fields still lands on DATA_SCHEMA.
+        data = F.from_json(F.to_json(F.col("data")), DATA_SCHEMA)
+    elif "data_json" in columns:
+        data = F.from_json(F.col("data_json"), DATA_SCHEMA)
+    else:
+        raise ValueError("Parquet events need a `data` struct column or a `data_json` column")
+
+    def text(name: str) -> Column:
+        return F.col(name).cast("string") if name in columns else F.lit(None).cast("string")
+
+    time = F.col("time")
+    if "time" in columns and isinstance(frame.schema["time"].dataType, TimestampType):
+        time = F.date_format(time, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    return frame.select(
+        *(text(name) for name in ("specversion", "id", "source", "type")),
+        time.cast("string").alias("time") if "time" in columns else text("time"),
+        *(text(name) for name in ("sequence", "datacontenttype")),
+        data.alias("data"),
+    )
+
+
+def kafka_value_to_raw(frame: DataFrame) -> DataFrame:
+    """Raw events from a Kafka source frame (``value`` binary = CloudEvent JSON)."""
+    parsed = F.from_json(F.col("value").cast("string"), EVENT_SCHEMA)
+    return frame.select(parsed.alias("event")).select("event.*")
+
+
+def read_kafka(spark: SparkSession, source: KafkaInput) -> DataFrame:
+    """Raw events: everything currently in the topic (a batch read)."""
+    reader = spark.read.format("kafka")
+    for key, value in source.options().items():
+        reader = reader.option(key, value)
+    frame = (
+        reader.option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    return kafka_value_to_raw(frame)
+
+
+def read_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Raw events from any mix of files and ``kafka://`` topics."""
+    kafka = [KafkaInput.parse(i) for i in inputs if is_kafka_url(i)]
+    files = [i for i in inputs if not is_kafka_url(i)]
+    frames = [read_kafka(spark, k) for k in kafka]
+    if files:
+        frames.append(read_files(spark, files))
+    if not frames:
+        raise ValueError("no inputs")
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def _source_part(index: int) -> Column:
+    # source = kafka://<group>/<member>; element 3 of split("/") is the group.
+    return F.element_at(F.split(F.col("source"), "/"), index)
+
+
+def normalize(raw: DataFrame) -> DataFrame:
+    """Flatten raw events into :data:`NORMALIZED_SCHEMA`; drop unusable records.
+
+    A record is kept when it has an id, a known type, a parseable time and a group
+    (``data.group_id``, or the group in ``source``). The member identity is
+    ``group_instance_id`` when set (static membership survives restarts), else
+    ``member_id``, else the member part of ``source``.
+    """
+    data = F.col("data")
+    group_id = F.coalesce(data["group_id"], _source_part(3))
+    instance = F.when(data["group_instance_id"] != "", data["group_instance_id"])
+    member_id = F.when(data["member_id"] != "", data["member_id"])
+    member = F.coalesce(instance, member_id, _source_part(4))
+    frame = raw.select(
+        F.col("id").alias("event_id"),
+        F.col("source"),
+        F.col("type"),
+        F.col("time").try_cast(TimestampType()).alias("time"),
+        F.col("sequence").try_cast(LongType()).alias("sequence"),
+        group_id.alias("group_id"),
+        member.alias("member"),
+        member_id.alias("member_id"),
+        instance.alias("group_instance_id"),
+        F.coalesce(data["generation_id"], F.lit(-1)).cast(LongType()).alias("generation_id"),
+        F.lower(data["protocol"]).alias("protocol"),
+        F.transform(
+            F.coalesce(data["partitions"], F.array().cast(ArrayType(PARTITION_SCHEMA))),
+            lambda p: F.struct(p["topic"].alias("topic"), p["partition"].alias("partition")),
+        ).alias("partitions"),
+        F.when(data["assignment"].isNotNull(), F.size(data["assignment"])).alias("assignment_size"),
+        data["reason"].alias("reason"),
+    )
+    return frame.where(
+        F.col("event_id").isNotNull()
+        & F.col("time").isNotNull()
+        & F.col("group_id").isNotNull()
+        & F.col("member").isNotNull()
+        & F.col("type").isin(*MEMBERSHIP_TYPES, REQUESTED)
+    )
+
+
+def member_window() -> WindowSpec:
+    """Each member's events in replay order (see :func:`event_order`)."""
+    return Window.partitionBy("group_id", "member").orderBy(*event_order())
+
+
+def mark_duplicates(events: DataFrame) -> DataFrame:
+    """Add ``is_dup``: true on every copy of an event id after the first.
+
+    A redelivered event carries the same id and content, so its copies sort next to
+    each other in the member's replay order: a ``lag`` finds them, in the same
+    shuffle and sort the member history needs anyway (no extra pass over the rows).
+    """
+    previous = F.lag("event_id").over(member_window())
+    return events.withColumn("is_dup", F.coalesce(previous == F.col("event_id"), F.lit(False)))
+
+
+def deduplicate(events: DataFrame) -> DataFrame:
+    """One row per event id (for callers outside the table builders)."""
+    return mark_duplicates(events).where(~F.col("is_dup")).drop("is_dup")
+
+
+def event_order() -> list[Column]:
+    """Replay order: time, then source and sequence for ties, then id (duplicates)."""
+    return [F.col("time"), F.col("source"), F.col("sequence"), F.col("event_id")]

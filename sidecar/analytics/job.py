@@ -1,0 +1,218 @@
+"""``rebalance-sidecar analytics``: the batch and streaming entry points.
+
+    rebalance-sidecar analytics --input journal.jsonl --output out/
+    rebalance-sidecar analytics --input kafka://127.0.0.1:9092/fleet --output out/ \\
+        --stream --trigger-seconds 30
+
+In-process use (tests, notebooks): :func:`run_batch` with a session, or
+``build_tables(spark, events)`` from :mod:`sidecar.analytics.tables`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from . import session as sessions
+from .events import is_kafka_url, read_events
+from .report import render_report
+from .tables import TABLE_NAMES, build_tables
+
+# Tables small enough to be one file each; ownership and downtime keep Spark's split.
+SMALL_TABLES = frozenset({"rebalances", "members", "summary", "delivery"})
+REPORT_NAME = "report.html"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    output: Path
+    report: Path | None
+    rebalances: int
+    seconds: float
+
+
+def write_tables(tables: dict[str, DataFrame], output: Path) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        target = frame.coalesce(1) if name in SMALL_TABLES else frame
+        target.write.mode("overwrite").parquet(str(output / name))
+
+
+def read_tables(spark: SparkSession, output: Path) -> dict[str, DataFrame]:
+    """The tables as written under ``output`` (what the report is drawn from)."""
+    return {name: spark.read.parquet(str(output / name)) for name in TABLE_NAMES}
+
+
+def refresh(spark: SparkSession, events: DataFrame, output: Path, *, report: bool) -> int:
+    """Build every table from ``events``, write them and the report; returns #rebalances."""
+    tables = build_tables(spark, events)
+    try:
+        write_tables(tables, output)
+    finally:
+        tables.release()
+    written = read_tables(spark, output)
+    if report:
+        render_report(written, output / REPORT_NAME)
+    return written["rebalances"].count()
+
+
+def run_batch(
+    spark: SparkSession, inputs: Sequence[str], output: Path, *, report: bool = True
+) -> BatchResult:
+    started = time.monotonic()
+    rebalances = refresh(spark, read_events(spark, inputs), output, report=report)
+    return BatchResult(
+        output=output,
+        report=output / REPORT_NAME if report else None,
+        rebalances=rebalances,
+        seconds=time.monotonic() - started,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rebalance-sidecar analytics",
+        description=(
+            "Build fleet rebalance tables (Parquet: rebalances, ownership, downtime, "
+            "members, summary, delivery) and report.html from sidecar events."
+        ),
+    )
+    p.add_argument(
+        "--input",
+        "-i",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="JSONL/Parquet files or directories, or kafka://host:port/topic",
+    )
+    p.add_argument("--output", "-o", required=True, type=Path, help="output directory")
+    p.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master when run from Python (default %(default)s)",
+    )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="keep reading the Kafka topic and refresh the tables per micro-batch",
+    )
+    p.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=30.0,
+        help="streaming: seconds between micro-batches (default %(default)s)",
+    )
+    p.add_argument(
+        "--timeout-seconds",
+        type=float,
+        default=None,
+        help="streaming: stop after this long (default: run until interrupted)",
+    )
+    p.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="streaming: where a new checkpoint starts reading (default %(default)s)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="streaming: checkpoint directory (default OUTPUT/_checkpoint)",
+    )
+    p.add_argument(
+        "--kafka-jars",
+        type=Path,
+        default=None,
+        help="directory with the spark-sql-kafka jars (default: the cache "
+        "scripts/spark-jars.sh fills, .cache/spark-jars/<pyspark version>)",
+    )
+    p.add_argument(
+        "--packages",
+        action="store_true",
+        help="fetch the Kafka connector with spark.jars.packages instead",
+    )
+    p.add_argument(
+        "--driver-memory",
+        default="2g",
+        help="driver JVM memory for a local run (default %(default)s)",
+    )
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=None,
+        help="spark.sql.shuffle.partitions (default 16 locally)",
+    )
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    return p
+
+
+def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
+    if managed:
+        # spark-submit (or a notebook) owns master, jars and memory.
+        return SparkSession.builder.appName("rebalance-analytics").getOrCreate()
+    needs_kafka = any(is_kafka_url(i) for i in args.input)
+    jars: list[str] = []
+    packages: list[str] = []
+    if needs_kafka and args.packages:
+        packages = [sessions.kafka_package()]
+    elif needs_kafka:
+        jars = sessions.jar_paths(sessions.kafka_jars_dir(args.kafka_jars))
+        if not jars:
+            raise SystemExit(
+                "error: no spark-sql-kafka jars found; run scripts/spark-jars.sh, "
+                "or pass --kafka-jars DIR or --packages"
+            )
+    conf = {}
+    if args.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+    return sessions.build_session(
+        master=args.master,
+        jars=jars,
+        packages=packages,
+        driver_memory=args.driver_memory,
+        conf=conf,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) -> int:
+    """CLI entry; ``managed_session`` = running under spark-submit (see submit.py)."""
+    args = parser().parse_args(argv)
+    if args.stream and not all(is_kafka_url(i) for i in args.input):
+        print("error: --stream reads Kafka only (kafka://host:port/topic)", file=sys.stderr)
+        return 2
+    output: Path = args.output
+    spark = _session(args, managed_session)
+    spark.sparkContext.setLogLevel("ERROR")
+    if args.stream:
+        from .streaming import StreamOptions, run_stream
+
+        options = StreamOptions(
+            inputs=tuple(args.input),
+            output=output,
+            trigger_seconds=args.trigger_seconds,
+            checkpoint=args.checkpoint,
+            starting_offsets=args.starting_offsets,
+            report=not args.no_report,
+        )
+        batches = run_stream(spark, options, timeout_seconds=args.timeout_seconds)
+        print(f"streamed {batches} micro-batches into {output}", file=sys.stderr)
+        return 0
+    result = run_batch(spark, args.input, output, report=not args.no_report)
+    print(
+        f"wrote {', '.join(TABLE_NAMES)} to {output} "
+        f"({result.rebalances} rebalances, {result.seconds:.1f}s)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""The SparkSession the job runs in, and where the Kafka connector's jars come from.
+
+Under ``spark-submit`` the session is the cluster's: master, jars and memory come
+from the submit command and nothing here overrides them. Run from Python (the CLI,
+tests, the bench) the job starts its own session, ``local[*]`` by default, with the
+Kafka connector jars that ``scripts/spark-jars.sh`` cached in ``.cache/spark-jars/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+JARS_CACHE = Path(".cache") / "spark-jars"
+
+# Settings that suit a small machine; each is only a default.
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    # Event time is UTC on the wire; hour buckets in `summary` are UTC hours.
+    "spark.sql.session.timeZone": "UTC",
+    # The default 200 shuffle partitions is tuned for clusters, not for local[2].
+    "spark.sql.shuffle.partitions": "16",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def kafka_jars_dir(explicit: str | Path | None = None) -> Path | None:
+    """The cached connector jars for the installed pyspark, if any were resolved."""
+    if explicit is not None:
+        path = Path(explicit)
+        return path if path.is_dir() else None
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / JARS_CACHE / pyspark.__version__
+        if any(candidate.glob("*.jar")):
+            return candidate
+    return None
+
+
+def jar_paths(directory: Path | None) -> list[str]:
+    if directory is None:
+        return []
+    return sorted(str(p) for p in directory.glob("*.jar"))
+
+
+def build_session(
+    *,
+    master: str = "local[*]",
+    app_name: str = "rebalance-analytics",
+    jars: Sequence[str] = (),
+    packages: Sequence[str] = (),
+    driver_memory: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A local session; jars and memory only apply if no JVM is running yet."""
+    builder = SparkSession.builder.appName(app_name).master(master)
+    settings = dict(LOCAL_DEFAULTS)
+    settings.update(conf or {})
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    if packages:
+        settings["spark.jars.packages"] = ",".join(packages)
+    if driver_memory:
+        settings["spark.driver.memory"] = driver_memory
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def kafka_package() -> str:
+    """Maven coordinates of the connector matching pyspark (for ``--packages``)."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"

@@ -1,0 +1,118 @@
+"""Structured Streaming: keep the tables current while sidecars produce to the topic.
+
+The rebalance tables are not append-only (a rebalance's end moves while its assigns
+arrive; an ownership interval closes long after it opened), so the stream does not
+try to maintain them incrementally. Each micro-batch (``foreachBatch``):
+
+1. appends the batch's events, as Parquet in the raw CloudEvent form, to
+   ``OUTPUT/_events/`` (the durable copy of everything read so far);
+2. rebuilds every table from ``_events`` with the same :func:`build_tables` as the
+   batch job (duplicates, including a batch replayed after a failure, drop out there);
+3. overwrites the tables and ``report.html``.
+
+Limits: each trigger costs a full recompute over the history, so the trigger interval
+must exceed the batch time for the accumulated events (seconds for millions of events
+on one machine; size ``--trigger-seconds`` accordingly, or restart from a fresh
+checkpoint and ``_events`` to forget history). Readers of the output may see a table
+while it is being overwritten; read them between batches or from a copy. The Kafka
+offsets live in the checkpoint, so a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .events import KafkaInput, kafka_value_to_raw, read_files
+from .job import refresh
+
+EVENTS_DIR = "_events"
+CHECKPOINT_DIR = "_checkpoint"
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    inputs: Sequence[str]
+    output: Path
+    trigger_seconds: float = 30.0
+    checkpoint: Path | None = None
+    starting_offsets: str = "earliest"
+    report: bool = True
+
+
+class TableRefresher:
+    """The ``foreachBatch`` function; counts the micro-batches that carried events."""
+
+    def __init__(self, spark: SparkSession, options: StreamOptions) -> None:
+        self.spark = spark
+        self.options = options
+        self.events_dir = options.output / EVENTS_DIR
+        self.batches = 0
+        self.rebalances = 0
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        raw = kafka_value_to_raw(batch).where("id IS NOT NULL")
+        if raw.isEmpty():
+            return
+        raw.write.mode("append").parquet(str(self.events_dir))
+        history = read_files(self.spark, [str(self.events_dir)])
+        self.rebalances = refresh(
+            self.spark, history, self.options.output, report=self.options.report
+        )
+        self.batches += 1
+
+
+def kafka_stream(spark: SparkSession, inputs: Sequence[str], starting_offsets: str) -> DataFrame:
+    frames: list[DataFrame] = []
+    for url in inputs:
+        source = KafkaInput.parse(url)
+        reader = spark.readStream.format("kafka")
+        for key, value in source.options().items():
+            reader = reader.option(key, value)
+        frames.append(
+            reader.option("startingOffsets", starting_offsets)
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def start_stream(
+    spark: SparkSession, options: StreamOptions
+) -> tuple[StreamingQuery, TableRefresher]:
+    """Start the query; the caller owns it (``processAllAvailable()``, ``stop()``)."""
+    refresher = TableRefresher(spark, options)
+    checkpoint = options.checkpoint or options.output / CHECKPOINT_DIR
+    query = (
+        kafka_stream(spark, options.inputs, options.starting_offsets)
+        .writeStream.foreachBatch(refresher)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{options.trigger_seconds} seconds")
+        .queryName("rebalance-analytics")
+        .start()
+    )
+    return query, refresher
+
+
+def run_stream(
+    spark: SparkSession, options: StreamOptions, *, timeout_seconds: float | None
+) -> int:
+    """Run until ``timeout_seconds`` (or forever); returns the batches processed."""
+    query, refresher = start_stream(spark, options)
+    try:
+        if timeout_seconds is None:
+            query.awaitTermination()
+        else:
+            query.awaitTermination(timeout_seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+    return refresher.batches

@@ -1,0 +1,396 @@
+"""Webhook delivery against a real broker and real receivers (issue 3's promises)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+from sidecar.journal import Journal
+from sidecar.subscriptions import new_secret
+from tests.support.kafka import committed
+from tests.support.receiver import Received, Receiver, running
+from tests.support.sidecars import Sidecar, covers, free_port, wait_until
+
+pytestmark = pytest.mark.kafka
+
+ALL_TYPES = [
+    "kafka.partitions.assigned",
+    "kafka.partitions.revoked",
+    "kafka.partitions.lost",
+    "kafka.rebalance.requested",
+]
+FAST_RETRIES = {
+    "SIDECAR_WEBHOOK_BACKOFF_INITIAL_MS": "50",
+    "SIDECAR_WEBHOOK_BACKOFF_MAX_MS": "500",
+}
+
+
+def slow_revoke(seconds: float) -> Callable[[dict[str, Any]], tuple[int, Any, float]]:
+    def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, None, seconds if event["type"].endswith("revoked") else 0.0
+
+    return respond
+
+
+def first_receipts(receiver: Receiver) -> list[Received]:
+    """Each event once, at its first receipt (delivery is at-least-once)."""
+    seen: set[str] = set()
+    firsts = []
+    for received in receiver.events():
+        if received.event["id"] not in seen:
+            seen.add(received.event["id"])
+            firsts.append(received)
+    return firsts
+
+
+def test_every_delivery_verifies_and_a_wrong_secret_is_rejected(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    topic = topic_factory(4)
+    secret = new_secret()
+    with running(secret) as good, running(new_secret()) as other:
+        sidecar = sidecar_factory(
+            group_id,
+            topic,
+            extra_env=FAST_RETRIES | {"SIDECAR_WEBHOOK_MAX_ATTEMPTS": "3"},
+            webhooks=[
+                {"url": good.url, "secret": secret, "mode": "async"},
+                # The sidecar signs with `secret`; this receiver verifies with another key.
+                {"url": other.url, "secret": secret, "mode": "async", "id": "tampered"},
+            ],
+        )
+        sidecar.wait_stable()
+        assert good.wait_for(lambda r: len(r) >= 1, 30)
+        wait_until(lambda: other.attempts >= 3, 30, "three attempts at the tampered receiver")
+
+        delivered = good.events()[0]
+        assert good.rejected == []
+        assert delivered.headers["webhook-id"] == delivered.event["id"]
+        assert delivered.headers["content-type"] == "application/cloudevents+json"
+        assert delivered.event["specversion"] == "1.0"
+        assert delivered.event["source"].startswith(f"kafka://{group_id}/")
+        assert other.received == []
+        assert other.rejected and all(
+            "Verification" in r or "signature" in r.lower() for r in other.rejected
+        )
+        log = sidecar.client.get("/webhooks/tampered/deliveries").json()
+        assert {d["outcome"] for d in log} >= {"failed", "gave_up"}
+
+
+def test_ordered_without_gaps_and_the_eager_barrier_holds_group_wide(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    topic = topic_factory(12)
+    secrets = [new_secret() for _ in range(3)]
+    receivers = [Receiver(s, slow_revoke(0.2)).start() for s in secrets]
+    try:
+        sidecars = [
+            sidecar_factory(
+                group_id,
+                topic,
+                extra_env=FAST_RETRIES,
+                webhooks=[{"url": r.url, "secret": s, "mode": "blocking", "events": ALL_TYPES}],
+            )
+            for r, s in zip(receivers, secrets, strict=True)
+        ]
+        wait_until(lambda: covers(sidecars, topic, 12), 60, "all partitions covered")
+        rebalances = 20
+        for i in range(rebalances):
+            response = sidecars[i % 3].client.post(
+                "/enforce-rebalance", params={"wait": 60}, json={"reason": f"test {i}"}
+            )
+            assert response.status_code == 200, response.text
+            wait_until(lambda: covers(sidecars, topic, 12), 60, "all partitions covered")
+
+        for sidecar, receiver in zip(sidecars, receivers, strict=True):
+            journaled = [int(e["sequence"]) for e in sidecar.history()]
+            wait_until(
+                lambda r=receiver, n=len(journaled): len(first_receipts(r)) >= n,
+                30,
+                "every journaled event delivered",
+            )
+            delivered = [r.sequence for r in first_receipts(receiver)]
+            assert delivered == journaled  # in order, no gaps, nothing extra
+            assert receiver.rejected == []
+
+        revoked = [
+            r for rec in receivers for r in first_receipts(rec) if r.type.endswith("revoked")
+        ]
+        assigned = [
+            r for rec in receivers for r in first_receipts(rec) if r.type.endswith("assigned")
+        ]
+        generations = {a.generation for a in assigned}
+        assert len(generations) > rebalances  # every enforce produced a new generation
+        for a in assigned:
+            for r in revoked:
+                if r.generation < a.generation:
+                    assert r.answered_at <= a.received_at, (
+                        f"assigned (generation {a.generation}) reached a member before a revoke "
+                        f"of generation {r.generation} was acknowledged"
+                    )
+    finally:
+        for receiver in receivers:
+            receiver.stop()
+
+
+def test_cooperative_barrier_no_partition_assigned_before_its_owner_acknowledged(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    topic = topic_factory(12)
+    secrets = [new_secret() for _ in range(3)]
+    receivers = [Receiver(s, slow_revoke(0.3)).start() for s in secrets]
+    try:
+        sidecars: list[Sidecar] = []
+        for r, s in zip(receivers, secrets, strict=True):  # each join moves partitions
+            sidecars.append(
+                sidecar_factory(
+                    group_id,
+                    topic,
+                    strategy="cooperative-sticky",
+                    extra_env=FAST_RETRIES,
+                    webhooks=[{"url": r.url, "secret": s, "mode": "blocking"}],
+                )
+            )
+            wait_until(lambda: covers(sidecars, topic, 12), 60, "all partitions covered")
+        assert sidecars[0].terminate() == 0  # its partitions move to the others
+        wait_until(lambda: covers(sidecars[1:], topic, 12), 60, "all partitions covered")
+
+        events = [(i, r) for i, rec in enumerate(receivers) for r in first_receipts(rec)]
+        revokes = [(i, r) for i, r in events if r.type.endswith("revoked")]
+        assigns = [(i, r) for i, r in events if r.type.endswith("assigned")]
+        moved = 0
+        for owner, revoke in revokes:
+            for member, assign in assigns:
+                shared = revoke.partitions & assign.partitions
+                if member != owner and shared and assign.generation > revoke.generation:
+                    moved += 1
+                    assert revoke.answered_at <= assign.received_at, shared
+        assert moved >= 2  # partitions really changed hands
+    finally:
+        for receiver in receivers:
+            receiver.stop()
+
+
+def test_offsets_handed_back_on_revoke_are_committed(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    topic = topic_factory(4)
+    secret = new_secret()
+
+    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if not event["type"].endswith("revoked"):
+            return 204, None, 0.0
+        offsets = [
+            {"topic": p["topic"], "partition": p["partition"], "offset": 1000 + p["partition"]}
+            for p in event["data"]["partitions"]
+        ]
+        return 200, {"offsets": offsets}, 0.0
+
+    with running(secret, hand_back) as app:
+        sidecar = sidecar_factory(
+            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
+        )
+        sidecar.wait_stable()
+        response = sidecar.client.post("/enforce-rebalance", params={"wait": 30})
+        assert response.status_code == 200
+
+        assert committed(kafka_bootstrap, group_id, topic, 4) == {p: 1000 + p for p in range(4)}
+        log = sidecar.client.get(f"/webhooks/{sidecar_webhook_id(sidecar)}/deliveries").json()
+        assert "offsets_committed" in {d["outcome"] for d in log}
+
+
+def test_foreign_offsets_in_a_revoke_answer_are_rejected_not_committed(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    topic = topic_factory(2)
+    secret = new_secret()
+
+    def foreign(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if not event["type"].endswith("revoked"):
+            return 204, None, 0.0
+        return 200, {"offsets": [{"topic": topic, "partition": 7, "offset": 5}]}, 0.0
+
+    with running(secret, foreign) as app:
+        sidecar = sidecar_factory(
+            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
+        )
+        sidecar.wait_stable()
+        assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+        log = sidecar.client.get(f"/webhooks/{sidecar_webhook_id(sidecar)}/deliveries").json()
+        rejected = [d for d in log if d["outcome"] == "offsets_rejected"]
+        assert rejected and "not being revoked" in rejected[0]["error"]
+        assert committed(kafka_bootstrap, group_id, topic, 2) == {}
+
+
+def test_a_blocking_subscriber_that_is_down_delays_the_rebalance_only_by_the_timeout(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    topic = topic_factory(4)
+    secret = new_secret()
+    port = free_port()  # nothing listens here yet
+    down = sidecar_factory(
+        group_id,
+        topic,
+        revoke_timeout_ms=2000,
+        extra_env=FAST_RETRIES,
+        webhooks=[
+            {
+                "url": f"http://127.0.0.1:{port}/hook",
+                "secret": secret,
+                "mode": "blocking",
+                "id": "app",
+            }
+        ],
+    )
+    peer = sidecar_factory(group_id, topic)
+    wait_until(lambda: covers([down, peer], topic, 4), 60, "all partitions covered")
+
+    for _ in range(2):  # each rebalance waits out the barrier, then completes
+        response = peer.client.post("/enforce-rebalance", params={"wait": 40})
+        assert response.status_code == 200, response.text
+    log = down.client.get("/webhooks/app/deliveries", params={"limit": 1000}).json()
+    assert "barrier_timeout" in {d["outcome"] for d in log}
+
+    with running(secret, port=port) as app:  # the application comes back
+        journaled = [
+            int(e["sequence"]) for e in down.history() if e["type"] != "kafka.rebalance.requested"
+        ]
+        assert app.wait_for(lambda r: len({x.event["id"] for x in r}) >= len(journaled), 30)
+        assert [r.sequence for r in first_receipts(app)] == journaled
+
+
+def test_undelivered_events_survive_kill_9_with_their_ids(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    topic = topic_factory(4)
+    secret = new_secret()
+    port = free_port()
+    hook = {
+        "url": f"http://127.0.0.1:{port}/hook",
+        "secret": secret,
+        "mode": "async",
+        "events": ALL_TYPES,
+    }
+    first = sidecar_factory(
+        group_id, topic, webhooks=[hook], extra_env=FAST_RETRIES, name="crashing"
+    )
+    first.wait_stable()
+    assert first.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+    first.kill()
+
+    journal = Journal(first.data_dir, durable=False)
+    try:
+        before = [(e.sequence, e.id) for e in journal.events_after(0, 1000)]
+    finally:
+        journal.close()
+    assert len(before) >= 3  # assigned, requested, revoked, assigned
+
+    with running(secret, port=port) as app:
+        again = sidecar_factory(
+            group_id,
+            topic,
+            webhooks=[hook],
+            extra_env=FAST_RETRIES,
+            data_dir=first.data_dir,
+            name="restarted",
+        )
+        again.wait_stable()
+        assert app.wait_for(lambda r: {x.event["id"] for x in r} >= {i for _, i in before}, 30)
+        delivered = [(r.sequence, r.event["id"]) for r in first_receipts(app)]
+        assert delivered[: len(before)] == before  # original ids, original order
+        later = [s for s, _ in delivered[len(before) :]]
+        assert all(s > before[-1][0] for s in later)  # the sequence kept increasing
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"url": "not a url"}, 422, "scheme"),
+        ({"url": "ftp://127.0.0.1/x"}, 422, "scheme must be http or https"),
+        ({"url": "http://user:pw@127.0.0.1/x"}, 422, "credentials"),
+        ({"url": "http://127.0.0.1/x", "events": ["kafka.nope"]}, 422, "unknown event type"),
+        ({"url": "http://127.0.0.1/x", "mode": "sometimes"}, 422, "mode"),
+        ({"url": "http://127.0.0.1/x", "secret": "plain"}, 422, "whsec_"),
+        ({"url": "http://127.0.0.1/x", "colour": "blue"}, 422, "colour"),
+        ({"url": "http://evil.example/x"}, 422, "not in SIDECAR_WEBHOOK_ALLOWED_HOSTS"),
+        ({"url": "http://127.0.0.1/" + "x" * 70_000}, 413, "larger than"),
+    ],
+)
+def test_malformed_registrations_get_4xx_naming_the_problem(
+    body: dict[str, Any],
+    status: int,
+    message: str,
+    registration_sidecar: Sidecar,
+) -> None:
+    response = registration_sidecar.client.post(
+        "/webhooks", json=body, headers=registration_sidecar.headers()
+    )
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]
+    listed = registration_sidecar.client.get("/webhooks").json()
+    assert listed == []  # nothing half-registered
+
+
+def test_registration_lifecycle_and_the_secret_is_shown_once(registration_sidecar: Sidecar) -> None:
+    client, headers = registration_sidecar.client, registration_sidecar.headers()
+    assert client.post("/webhooks", json={"url": "http://127.0.0.1:1/x"}).status_code == 401
+    created = client.post(
+        "/webhooks", headers=headers, json={"url": "http://127.0.0.1:1/x", "mode": "async"}
+    )
+    assert created.status_code == 201
+    body = created.json()
+    assert body["secret"].startswith("whsec_")
+    listing = client.get("/webhooks").text + client.get(f"/webhooks/{body['id']}").text
+    assert body["secret"] not in listing and "whsec_" not in listing
+    assert client.delete(f"/webhooks/{body['id']}").status_code == 401
+    assert client.delete(f"/webhooks/{body['id']}", headers=headers).status_code == 204
+    assert client.get(f"/webhooks/{body['id']}").status_code == 404
+    assert client.delete(f"/webhooks/{body['id']}", headers=headers).status_code == 404
+
+
+@pytest.fixture(scope="module")
+def registration_sidecar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.support.kafka import create_topic, unique
+
+    topic = create_topic(kafka_bootstrap, 1)
+    sidecar = Sidecar(
+        kafka_bootstrap,
+        unique("group"),
+        topic,
+        tmp_path_factory.mktemp("registration"),
+        token="t0ken",
+        name="registration",
+        extra_env={"SIDECAR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1,localhost"},
+    ).start()
+    yield sidecar
+    sidecar.stop()
+
+
+def sidecar_webhook_id(sidecar: Sidecar) -> str:
+    listed = sidecar.client.get("/webhooks").json()
+    assert len(listed) == 1, json.dumps(listed)
+    return str(listed[0]["id"])
+
+
+def test_sequences_strictly_increase_per_receiver(registration_sidecar: Sidecar) -> None:
+    """The history endpoint itself: ordered, and `after`/`limit` page through it."""
+    events = registration_sidecar.history()
+    sequences = [int(e["sequence"]) for e in events]
+    assert all(a < b for a, b in pairwise(sequences))
+    if len(sequences) > 1:
+        page = registration_sidecar.client.get(
+            "/events",
+            params={"after": sequences[0], "limit": 1},
+            headers={"Accept": "application/json"},
+        ).json()
+        assert [int(e["sequence"]) for e in page] == sequences[1:2]
