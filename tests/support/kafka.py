@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 
 def unique(prefix: str) -> str:
