@@ -25,7 +25,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 ENV_PREFIX = "SIDECAR_"
 KAFKA_ENV_PREFIX = "SIDECAR_KAFKA_"
@@ -143,7 +149,7 @@ class Settings(BaseSettings):
         default=Path(".rebalance-sidecar"),
         description="Directory of the journal (SQLite, WAL mode).",
     )
-    webhooks: tuple[WebhookSpec, ...] = Field(
+    webhooks: Annotated[tuple[WebhookSpec, ...], NoDecode] = Field(
         default=(),
         description="Webhooks declared at deploy time: JSON list of "
         "`{url, events, mode, secret, timeout_ms, id}`.",
@@ -219,8 +225,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The file's values arrive as init kwargs; the environment overrides them.
-        return (env_settings, init_settings)
+        # ``load_settings`` merges file and environment (the mapping it is given) itself.
+        return (init_settings,)
 
     @field_validator("topics", "webhook_allowed_hosts", mode="before")
     @classmethod
@@ -233,7 +239,10 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_webhooks(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return json.loads(value) if value.strip() else ()
+            try:
+                return json.loads(value) if value.strip() else ()
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
         return value
 
     @field_validator("topics")
@@ -354,12 +363,17 @@ def load_settings(environ: Mapping[str, str], config_file: Path | None = None) -
     kafka = {str(k): str(v) for k, v in (values.pop("kafka", None) or {}).items()}
     kafka.update(kafka_properties_from_env(environ))
     values["kafka"] = kafka
+    upper = {key.upper(): value for key, value in environ.items()}
+    for name in Settings.model_fields:
+        key = f"{ENV_PREFIX}{name.upper()}"
+        if name != "kafka" and key in upper:
+            values[name] = upper[key]
     try:
         return Settings(**values)
     except ValidationError as exc:
         raise InvalidSettings(_describe(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise InvalidSettings(f"{ENV_PREFIX}WEBHOOKS: not valid JSON: {exc}") from None
+    except SettingsError as exc:
+        raise InvalidSettings(f"invalid settings: {exc}") from None
 
 
 def _describe(exc: ValidationError) -> str:

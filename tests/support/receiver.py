@@ -128,6 +128,12 @@ class Receiver:
                 self._answer(status, answer)
 
             def _answer(self, status: int, answer: Any) -> None:
+                if 300 <= status < 400:  # a redirect: the answer is the Location
+                    self.send_response(status)
+                    self.send_header("location", str(answer))
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 payload = b"" if answer is None else json.dumps(answer).encode()
                 self.send_response(status)
                 if status in (429, 503):

@@ -1,0 +1,74 @@
+"""A broker outage: the sidecar stays up, readiness follows the broker, the assignment returns.
+
+This test stops and starts a broker, so it runs its own (not the session's shared one).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import KAFKA_SH
+from tests.support.kafka import create_topic, unique
+from tests.support.sidecars import Sidecar, free_port, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+class PrivateBroker:
+    def __init__(self, data_dir: Path) -> None:
+        port = free_port()
+        self.env = {**os.environ, "KAFKA_PORT": str(port),
+                    "KAFKA_CONTROLLER_PORT": str(free_port()),
+                    "KAFKA_DATA_DIR": str(data_dir)}
+        self.bootstrap = f"127.0.0.1:{port}"
+
+    def run(self, command: str) -> None:
+        done = subprocess.run([str(KAFKA_SH), command], env=self.env, capture_output=True,
+                              text=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture
+def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateBroker]:
+    data_dir = tmp_path_factory.mktemp("broker")
+    broker = PrivateBroker(data_dir)
+    broker.run("start")
+    try:
+        yield broker
+    finally:
+        broker.run("stop")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_broker_stopped_and_started_again(
+    private_broker: PrivateBroker, tmp_path: Path
+) -> None:
+    topic = create_topic(private_broker.bootstrap, 4)
+    sidecar = Sidecar(private_broker.bootstrap, unique("group"), topic, tmp_path / "s").start()
+    try:
+        sidecar.wait_stable()
+        owned = sidecar.partitions()
+        assert owned == {(topic, p) for p in range(4)}
+        assert sidecar.client.get("/readyz").status_code == 200
+
+        private_broker.run("stop")
+        wait_until(lambda: sidecar.client.get("/readyz").status_code == 503, 60, "not ready")
+        assert sidecar.client.get("/healthz").status_code == 200  # alive: no restart wanted
+        assert sidecar.running
+
+        private_broker.run("start")
+        wait_until(lambda: sidecar.client.get("/readyz").status_code == 200, 90, "ready again")
+        assert sidecar.assignment()["state"] == "stable"
+        assert sidecar.partitions() == owned
+        assert sidecar.running
+    finally:
+        sidecar.stop()
+        print(sidecar.logs())
+
+

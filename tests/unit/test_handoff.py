@@ -1,0 +1,120 @@
+"""The thread boundary: commands run on the member thread, events and barriers reach the loop.
+
+A plain thread stands in for the consumer thread: the point is *which thread* runs what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import pytest
+
+from sidecar.handoff import BarrierOutcome, Command, Handoff, MemberGone
+from sidecar.model import Assignment, Event, EventType, MemberState
+
+
+@dataclass(frozen=True)
+class WhoRunsMe(Command[str]):
+    pass
+
+
+def initial() -> Assignment:
+    return Assignment(
+        group_id="g",
+        member_id=None,
+        group_instance_id=None,
+        generation_id=-1,
+        protocol="eager",
+        state=MemberState.STARTING,
+        partitions=(),
+        sequence=0,
+    )
+
+
+class Side:
+    def __init__(self, answer: BarrierOutcome | None) -> None:
+        self.answer = answer
+        self.events: list[tuple[str, Event]] = []
+
+    def on_event(self, event: Event) -> None:
+        self.events.append((threading.current_thread().name, event))
+
+    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+        if self.answer is not None:
+            asyncio.get_running_loop().call_later(0.05, done, self.answer)
+
+    def barrier_expired(self, event: Event) -> BarrierOutcome:
+        return BarrierOutcome(waiting=("slow",), timed_out=True)
+
+
+def member_thread(handoff: Handoff, stop: threading.Event) -> threading.Thread:
+    def run() -> None:
+        while not stop.is_set():
+            for pending in handoff.take_commands():
+                pending.future.set_result(threading.current_thread().name)
+            time.sleep(0.005)
+        handoff.close()
+
+    thread = threading.Thread(target=run, name="group-member")
+    thread.start()
+    return thread
+
+
+def test_commands_run_on_the_member_thread_and_fail_once_it_stopped() -> None:
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        stop = threading.Event()
+        thread = member_thread(handoff, stop)
+        assert await handoff.submit(WhoRunsMe(), timeout=5) == "group-member"
+        stop.set()
+        await asyncio.to_thread(thread.join, 5)
+        with pytest.raises(MemberGone):
+            await handoff.submit(WhoRunsMe(), timeout=5)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("acknowledged", [True, False])
+def test_barrier_answers_or_times_out_and_events_arrive_on_the_loop(acknowledged: bool) -> None:
+    event = Event(1, "id-1", EventType.REVOKED, b"{}")
+
+    async def main() -> None:
+        loop_thread = threading.current_thread().name
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        side = Side(BarrierOutcome(acknowledged=("app",)) if acknowledged else None)
+        handoff.attach(side)
+        outcome = await asyncio.to_thread(handoff.await_barrier, event, 0.5)
+        if acknowledged:
+            assert outcome.acknowledged == ("app",) and not outcome.timed_out
+        else:
+            assert outcome.timed_out and outcome.waiting == ("slow",)
+        assert side.events == [(loop_thread, event)]
+
+    asyncio.run(main())
+
+
+def test_long_poll_wakes_on_a_published_snapshot() -> None:
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        waiter = asyncio.create_task(handoff.wait_for_change(0, 10))
+        await asyncio.sleep(0.05)
+        changed = replace(initial(), sequence=1, state=MemberState.STABLE)
+        await asyncio.to_thread(handoff.publish, changed)
+        assert (await asyncio.wait_for(waiter, 5)).sequence == 1
+        assert (await handoff.wait_for_change(1, 0.05)).sequence == 1  # times out, answers
+
+    asyncio.run(main())
+
+
+def test_thread_side_never_raises_once_the_loop_is_gone() -> None:
+    loop = asyncio.new_event_loop()
+    handoff = Handoff(loop, initial())
+    handoff.attach(Side(None))
+    loop.close()
+    handoff.publish(initial())
+    handoff.announce(Event(1, "x", EventType.ASSIGNED, b"{}"))
+    assert handoff.await_barrier(Event(2, "y", EventType.REVOKED, b"{}"), 1.0) == BarrierOutcome()

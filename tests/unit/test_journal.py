@@ -1,0 +1,125 @@
+"""The journal on a real SQLite file: sequences, durability across reopen, retention."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+from sidecar.journal import Journal
+from sidecar.model import Delivery, EventDraft, EventType, PartitionOffset, Subscription
+
+
+def draft(kind: EventType = EventType.ASSIGNED, partition: int = 0) -> EventDraft:
+    return EventDraft(
+        type=kind,
+        group_id="g",
+        member_id="m-1",
+        group_instance_id=None,
+        generation_id=3,
+        protocol="eager",
+        partitions=(PartitionOffset("t", partition, 7),),
+        assignment=(),
+        reason=None,
+    )
+
+
+def subscription(sub_id: str, cursor: int) -> Subscription:
+    return Subscription(
+        id=sub_id,
+        url="http://127.0.0.1/x",
+        events=(EventType.ASSIGNED,),
+        mode="blocking",
+        secret="whsec_x",
+        timeout_ms=1000,
+        origin="api",
+        created_at=time.time(),
+        cursor=cursor,
+    )
+
+
+def test_sequences_increase_and_survive_reopening(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, durable=True)
+    first = [journal.append(draft(partition=p)) for p in range(3)]
+    journal.close()
+    again = Journal(tmp_path, durable=True)
+    later = again.append(draft())
+    assert [e.sequence for e in first] == [1, 2, 3]
+    assert later.sequence == 4
+    stored = again.events_after(0, 10)
+    assert [e.id for e in stored] == [e.id for e in [*first, later]]
+    body = json.loads(stored[0].body)
+    assert body["sequence"] == "1"
+    assert body["data"]["partitions"] == [{"topic": "t", "partition": 0, "offset": 7}]
+    again.close()
+
+
+def _append_forever(data_dir: str, ready: multiprocessing.synchronize.Event) -> None:
+    journal = Journal(Path(data_dir), durable=True)
+    journal.append(draft())
+    ready.set()
+    while True:
+        journal.append(draft())
+
+
+def test_an_appended_event_survives_kill_9(tmp_path: Path) -> None:
+    ready = multiprocessing.get_context("spawn").Event()
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_append_forever, args=(str(tmp_path), ready)
+    )
+    writer.start()
+    assert ready.wait(30)
+    time.sleep(0.2)
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.join(10)
+    journal = Journal(tmp_path, durable=False)
+    events = journal.events_after(0, 1_000_000)
+    assert events  # committed appends are there, intact and in order
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert journal.append(draft()).sequence == len(events) + 1
+    journal.close()
+
+
+def test_prune_keeps_what_a_subscriber_still_needs(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, durable=True)
+    for p in range(10):
+        journal.append(draft(partition=p))
+    journal.save_subscription(subscription("slow", cursor=4))
+    dropped = journal.prune(keep_events=2, max_age_seconds=3600)
+    assert dropped == 4  # only what every subscription is past
+    assert journal.events_after(0, 100)[0].sequence == 5
+    assert journal.pending_events() == 6
+    journal.advance("slow", 10, Delivery("slow", 10, "id", "delivered", 1, 200, None, 0.0))
+    assert journal.prune(keep_events=2, max_age_seconds=3600) == 4
+    assert journal.pending_events() == 0
+    journal.close()
+
+
+def test_export_jsonl_writes_one_cloudevent_per_line(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, durable=True)
+    ids = [journal.append(draft(partition=p)).id for p in range(1500)]
+    out = io.StringIO()
+    assert journal.export_jsonl(out) == 1500
+    lines = out.getvalue().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ids
+    journal.close()
+
+
+def test_subscriptions_and_delivery_log_round_trip(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, durable=False)
+    journal.save_subscription(subscription("a", cursor=0))
+    journal.record(Delivery("a", 1, "e1", "failed", 1, 503, "HTTP 503", 1.0))
+    journal.advance("a", 1, Delivery("a", 1, "e1", "delivered", 2, 200, None, 2.0))
+    assert journal.subscription("a") is not None
+    assert journal.subscription("a").cursor == 1  # type: ignore[union-attr]
+    assert [d.outcome for d in journal.deliveries("a", 10)] == ["delivered", "failed"]
+    journal.disable("a", "410 Gone")
+    assert journal.subscription("a").disabled_reason == "410 Gone"  # type: ignore[union-attr]
+    assert journal.delete_subscription("a")
+    assert journal.deliveries("a", 10) == []
+    journal.close()
