@@ -152,12 +152,13 @@ def test_commit_through_the_sidecar_is_visible_to_an_independent_client(
     assert refused.json()["not_owned"] == [{"topic": foreign[0][0], "partition": foreign[0][1]}]
     assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == {p: 40 + p for _, p in mine}
 
-    for bad in (
+    bad_bodies: list[dict[str, Any]] = [
         {},
         {"offsets": []},
         {"offsets": [{"topic": topic, "partition": -1, "offset": 1}]},
         {"offsets": [{"topic": topic, "partition": 0, "offset": "x"}]},
-    ):
+    ]
+    for bad in bad_bodies:
         answer = owner.client.post("/commit", json=bad, headers=owner.headers())
         assert answer.status_code == 422, bad
         assert answer.json()["error"].startswith("invalid request")
