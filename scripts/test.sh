@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone: set-up, static checks, tests.
+# Exits non-zero on any failure. Extra arguments go to pytest (e.g. -k, -x, -m "not slow").
+#
+# Set-up (all idempotent and cached): the virtualenv with the package and its extras,
+# helm and kustomize built from their Go modules, Spark's Kafka connector jars and the
+# Kafka broker jars from Maven Central, and a local KRaft broker on 127.0.0.1 (unless
+# KAFKA_BOOTSTRAP_SERVERS points at one).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+export PATH="$REPO/.venv/bin:$PATH"
+export PYTHONDONTWRITEBYTECODE=1
+
+step() { printf '\n== %s\n' "$*" >&2; }
+started=$SECONDS
+
+step "set-up: virtualenv and packages"
+scripts/bootstrap.sh dev,analytics
+
+if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
+  step "set-up: Kafka broker (deploy/local/kafka.sh)"
+  KAFKA_BOOTSTRAP_SERVERS="$(deploy/local/kafka.sh start </dev/null)"
+  export KAFKA_BOOTSTRAP_SERVERS
+  trap 'deploy/local/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+fi
+
+step "set-up: deploy tools (helm and kustomize from Go modules, hadolint, kubernetes-validate)"
+scripts/check-deploy.sh tools </dev/null
+
+step "set-up: Spark's Kafka connector jars"
+scripts/spark-jars.sh </dev/null >/dev/null
+
+step "ruff"
+ruff check .
+ruff format --check .
+
+step "mypy --strict"
+mypy
+
+step "pytest"
+pytest "$@"
+
+step "done in $((SECONDS - started)) s"
