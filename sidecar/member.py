@@ -460,7 +460,7 @@ class GroupMember:
     def _on_error(self, error: KafkaError) -> None:
         code = error.code()
         self._metrics.kafka_errors.labels(error.name()).inc()
-        if error.fatal():
+        if error.fatal() or code == KafkaError._FATAL:
             self._fatal = error
             self._error = f"fatal: {error.str()}"
             self._log.error("fatal Kafka error", error=error.str(), code=error.name())
@@ -594,10 +594,21 @@ class GroupMember:
         return event
 
     def _emit_without_consumer(self, kind: EventType, reason: str) -> None:
+        """The consumer died holding partitions: tell subscribers they are lost (gated)."""
+        started = time.perf_counter()
         taken = tuple(PartitionOffset(tp.topic, tp.partition, None) for tp in self._owned)
         self._owned.clear()
         self._metrics.failed_rebalances.inc()
-        self._append(kind, taken, reason=reason)
+        event = self._append(kind, taken, reason=reason)
+        outcome = self._handoff.await_barrier(event, self._settings.revoke_timeout_ms / 1000)
+        self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
+        self._log.warning(
+            "partitions lost with the consumer",
+            partitions=len(taken),
+            sequence=event.sequence,
+            reason=reason,
+            barrier_timed_out=outcome.timed_out,
+        )
 
     def _publish(self, sequence: int | None = None) -> None:
         current = self._handoff.snapshot

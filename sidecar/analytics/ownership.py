@@ -47,6 +47,7 @@ DOWNTIME_COLUMNS = [
     "released_by",
     "next_owner",
     "generation_id",
+    "rejoin",
 ]
 
 
@@ -134,6 +135,7 @@ def segments(partition_rows: DataFrame) -> DataFrame:
         grouped.withColumn("next_start", F.lead("start").over(by_segment))
         .withColumn("next_owner", F.lead("owner").over(by_segment))
         .withColumn("next_generation", F.lead("start_generation").over(by_segment))
+        .withColumn("next_rejoin", F.lead("start_rejoin").over(by_segment))
         .withColumn(
             "moved",
             (F.col("seg_id") > 0) & F.coalesce(previous_holder != F.col("owner"), F.lit(False)),
@@ -179,7 +181,11 @@ def ownership(segs: DataFrame) -> DataFrame:
 
 
 def downtime(segs: DataFrame) -> DataFrame:
-    """``downtime``: from the owner's release to the next acquire (null = still unowned)."""
+    """``downtime``: from the owner's release to the next acquire (null = still unowned).
+
+    ``generation_id`` is the generation of the acquire that ended it; ``rejoin`` marks
+    the gap of a static member's restart (back with its own partitions, no rebalance).
+    """
     released = segs.where(F.col("release").isNotNull())
     return released.select(
         *PARTITION_KEY,
@@ -190,6 +196,7 @@ def downtime(segs: DataFrame) -> DataFrame:
         F.col("release.member").alias("released_by"),
         F.col("next_owner"),
         F.col("next_generation").alias("generation_id"),
+        F.coalesce(F.col("next_rejoin"), F.lit(False)).alias("rejoin"),
     ).where(F.col("unowned_to").isNull() | (F.col("unowned_to") > F.col("unowned_from")))
 
 
@@ -203,9 +210,9 @@ def moves_per_generation(segs: DataFrame) -> DataFrame:
 
 
 def downtime_per_generation(down: DataFrame) -> DataFrame:
-    """Partition-seconds of downtime ended by the acquires of each generation."""
+    """Partition-seconds of downtime ended by each generation's rebalance."""
     return (
-        down.where(F.col("seconds").isNotNull())
+        down.where(F.col("seconds").isNotNull() & ~F.col("rejoin"))
         .groupBy("group_id", "generation_id")
         .agg(F.sum("seconds").alias("downtime_partition_seconds"))
     )
