@@ -11,9 +11,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.subscriptions import new_secret
+from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
-from tests.support.receiver import running
+from tests.support.receiver import slow_revoke
 from tests.support.sidecars import Sidecar, covers, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -176,16 +176,7 @@ def test_metrics_show_a_slow_blocking_subscriber_in_the_revoke_callback(
     group_id: str,
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    secret = new_secret()
-
-    def slow(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 204, None, 1.5 if event["type"].endswith("revoked") else 0.0
-
-    with running(secret, slow) as app:
-        sidecar = sidecar_factory(
-            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
-        )
-        sidecar.wait_stable()
+    with app_with_sidecar(sidecar_factory, group_id, topic, slow_revoke(1.5)) as (_, sidecar):
         before = metrics(sidecar)
         assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
         after = metrics(sidecar)
@@ -220,16 +211,7 @@ def test_enforce_is_refused_while_stopping(
     group_id: str,
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    secret = new_secret()
-
-    def slow(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 204, None, 4.0 if event["type"].endswith("revoked") else 0.0
-
-    with running(secret, slow) as app:
-        sidecar = sidecar_factory(
-            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
-        )
-        sidecar.wait_stable()
+    with app_with_sidecar(sidecar_factory, group_id, topic, slow_revoke(4.0)) as (app, sidecar):
         assert sidecar.process is not None
         sidecar.process.send_signal(signal.SIGTERM)
         wait_until(

@@ -57,7 +57,7 @@ def test_fleet_topic_receives_every_event_keyed_by_group(
     while len({e["id"] for _, e in seen}) < len(journaled) and time.monotonic() < deadline:
         message = reader.poll(0.5)
         if message is not None and message.error() is None:
-            seen.append((message.key(), json.loads(message.value())))
+            seen.append((message.key(), json.loads(message.value() or b"{}")))
     reader.close()
     assert [e["id"] for _, e in seen][: len(journaled)] == journaled
     assert {key for key, _ in seen} == {group_id.encode()}

@@ -23,14 +23,23 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 class PrivateBroker:
     def __init__(self, data_dir: Path) -> None:
         port = free_port()
-        self.env = {**os.environ, "KAFKA_PORT": str(port),
-                    "KAFKA_CONTROLLER_PORT": str(free_port()),
-                    "KAFKA_DATA_DIR": str(data_dir)}
+        self.env = {
+            **os.environ,
+            "KAFKA_PORT": str(port),
+            "KAFKA_CONTROLLER_PORT": str(free_port()),
+            "KAFKA_DATA_DIR": str(data_dir),
+        }
         self.bootstrap = f"127.0.0.1:{port}"
 
     def run(self, command: str) -> None:
-        done = subprocess.run([str(KAFKA_SH), command], env=self.env, capture_output=True,
-                              text=True, timeout=300, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [str(KAFKA_SH), command],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -46,9 +55,7 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def test_broker_stopped_and_started_again(
-    private_broker: PrivateBroker, tmp_path: Path
-) -> None:
+def test_broker_stopped_and_started_again(private_broker: PrivateBroker, tmp_path: Path) -> None:
     topic = create_topic(private_broker.bootstrap, 4)
     sidecar = Sidecar(private_broker.bootstrap, unique("group"), topic, tmp_path / "s").start()
     try:
@@ -70,5 +77,3 @@ def test_broker_stopped_and_started_again(
     finally:
         sidecar.stop()
         print(sidecar.logs())
-
-

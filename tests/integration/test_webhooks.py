@@ -11,8 +11,9 @@ import pytest
 
 from sidecar.journal import Journal
 from sidecar.subscriptions import new_secret
+from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
-from tests.support.receiver import Received, Receiver, running
+from tests.support.receiver import Received, Receiver, running, slow_revoke
 from tests.support.sidecars import Sidecar, covers, free_port, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -27,13 +28,6 @@ FAST_RETRIES = {
     "SIDECAR_WEBHOOK_BACKOFF_INITIAL_MS": "50",
     "SIDECAR_WEBHOOK_BACKOFF_MAX_MS": "500",
 }
-
-
-def slow_revoke(seconds: float) -> Callable[[dict[str, Any]], tuple[int, Any, float]]:
-    def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 200, None, seconds if event["type"].endswith("revoked") else 0.0
-
-    return respond
 
 
 def distinct(received: list[Received]) -> int:
@@ -183,7 +177,6 @@ def test_offsets_handed_back_on_revoke_are_committed(
     kafka_bootstrap: str,
 ) -> None:
     topic = topic_factory(4)
-    secret = new_secret()
 
     def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
         if not event["type"].endswith("revoked"):
@@ -194,11 +187,7 @@ def test_offsets_handed_back_on_revoke_are_committed(
         ]
         return 200, {"offsets": offsets}, 0.0
 
-    with running(secret, hand_back) as app:
-        sidecar = sidecar_factory(
-            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
-        )
-        sidecar.wait_stable()
+    with app_with_sidecar(sidecar_factory, group_id, topic, hand_back) as (_, sidecar):
         response = sidecar.client.post("/enforce-rebalance", params={"wait": 30})
         assert response.status_code == 200
 
@@ -214,18 +203,13 @@ def test_foreign_offsets_in_a_revoke_answer_are_rejected_not_committed(
     kafka_bootstrap: str,
 ) -> None:
     topic = topic_factory(2)
-    secret = new_secret()
 
     def foreign(event: dict[str, Any]) -> tuple[int, Any, float]:
         if not event["type"].endswith("revoked"):
             return 204, None, 0.0
         return 200, {"offsets": [{"topic": topic, "partition": 7, "offset": 5}]}, 0.0
 
-    with running(secret, foreign) as app:
-        sidecar = sidecar_factory(
-            group_id, topic, webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}]
-        )
-        sidecar.wait_stable()
+    with app_with_sidecar(sidecar_factory, group_id, topic, foreign) as (_, sidecar):
         assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
         log = sidecar.client.get(f"/webhooks/{sidecar_webhook_id(sidecar)}/deliveries").json()
         rejected = [d for d in log if d["outcome"] == "offsets_rejected"]

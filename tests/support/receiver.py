@@ -153,3 +153,12 @@ def running(secret: str, responder: Responder = accept, port: int = 0) -> Iterat
         yield receiver
     finally:
         receiver.stop()
+
+
+def slow_revoke(seconds: float) -> Responder:
+    """Acknowledge everything; take ``seconds`` over each ``revoked`` (an app flushing)."""
+
+    def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 204, None, seconds if event["type"].endswith("revoked") else 0.0
+
+    return respond
