@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
 from sidecar.journal import Journal
+from tests.support.apps import app_with_sidecar
+from tests.support.receiver import slow_revoke
 from tests.support.sidecars import Sidecar, covers, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -148,3 +151,32 @@ def test_long_poll_answers_on_change_and_on_timeout(
     poller.join(timeout=120)
     assert answers, "long-poll did not return"
     assert int(str(answers[0]["sequence"])) > sequence
+
+
+def test_a_second_signal_or_the_deadline_forces_the_exit(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """Stopping waits for the barrier; an impatient operator or the deadline cut it short."""
+    topic = topic_factory(2)
+    with app_with_sidecar(sidecar_factory, group_id, topic, slow_revoke(30)) as (_, first):
+        assert first.process is not None
+        first.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: "signal received" in first.logs(), 10, "first signal seen")
+        first.process.send_signal(signal.SIGTERM)
+        assert first.process.wait(10) == 128 + signal.SIGTERM
+        assert "second signal: exiting now" in first.logs()
+
+    with app_with_sidecar(
+        sidecar_factory,
+        group_id,
+        topic,
+        slow_revoke(30),
+        extra_env={"SIDECAR_SHUTDOWN_TIMEOUT_MS": "2000"},
+        name="impatient",
+    ) as (_, second):
+        assert second.process is not None
+        second.process.send_signal(signal.SIGTERM)
+        assert second.process.wait(20) == 1
+        assert "shutdown deadline passed" in second.logs()
