@@ -32,7 +32,6 @@ from sidecar.member import (
     Commit,
     CommitFailed,
     EnforceRebalance,
-    EnforceUnsupported,
     NotInGroup,
     NotOwned,
 )
@@ -242,7 +241,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         reason = (body.reason if body else None) or "enforce-rebalance requested over HTTP"
         try:
             result = await runtime.handoff.submit(EnforceRebalance(reason), timeout=30)
-        except (NotInGroup, MemberGone, EnforceUnsupported) as exc:
+        except (NotInGroup, MemberGone) as exc:
             raise ApiError(409, str(exc)) from None
         if wait <= 0:
             return JSONResponse(

@@ -49,6 +49,11 @@ _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
 # An enforce whose rebalance never completed stops coalescing new requests after this.
 _ENFORCE_COALESCE_SECONDS = 60.0
+# KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
+_KIP848_RESTORE_SECONDS = 0.5
+_ERROR_LOG_SECONDS = 10.0
+# Enforce patterns match no topic; librdkafka reports them as unavailable, harmlessly.
+_ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
 
 def generation_of(cgmd: bytes) -> int:
@@ -63,10 +68,6 @@ def generation_of(cgmd: bytes) -> int:
 
 class NotInGroup(RuntimeError):
     """The member is not (or no longer) in the group: nothing to enforce or commit as."""
-
-
-class EnforceUnsupported(RuntimeError):
-    """KIP-848 groups: the broker owns assignment; a client cannot force a rebalance."""
 
 
 class NotOwned(RuntimeError):
@@ -141,6 +142,9 @@ class GroupMember:
         self._assigned_at = 0.0  # monotonic time of the last assignment
         self._rebalancing_seen_in_stats = False
         self._enforced_at = 0.0
+        self._restore_subscription_at = 0.0
+        self._logged_at: dict[int, float] = {}
+        self._suppressed: dict[int, int] = {}
         self._log = log.bind(group_id=settings.group_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
@@ -202,13 +206,17 @@ class GroupMember:
                     # KIP-848 bumps member epochs without a callback when nothing moves.
                     next_identity_check = now + _IDENTITY_CHECK_SECONDS
                     if self._read_identity(consumer):
-                        self._publish()
+                        self._on_identity_changed()
+                if self._restore_subscription_at and now >= self._restore_subscription_at:
+                    self._restore_subscription_at = 0.0
+                    if self._consumer is not None:
+                        self._subscribe()
                 if self._leaving.is_set() or self._consumer is None:
                     break
                 # Partitions are paused: poll() serves callbacks, it returns no records.
                 message = consumer.poll(timeout)
                 error = message.error() if message is not None else None
-                if error is not None:
+                if error is not None and _ENFORCE_PATTERN not in error.str():
                     self._on_error(error)
         finally:
             if self._consumer is not None:
@@ -324,13 +332,6 @@ class GroupMember:
             or self._state in (MemberState.STARTING, MemberState.STOPPED)
         ):
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        if self._settings.group_protocol == "consumer":
-            raise EnforceUnsupported(
-                "group.protocol=consumer (KIP-848): the broker computes assignments and bumps "
-                "the group epoch itself; a member cannot force a rebalance (Java's "
-                "enforceRebalance is a no-op there too). Membership or subscription changes "
-                "trigger one."
-            )
         pending = self._enforce_pending is not None and (
             time.monotonic() - self._enforced_at < _ENFORCE_COALESCE_SECONDS
         )
@@ -350,19 +351,27 @@ class GroupMember:
     def _rejoin(self) -> None:
         """librdkafka has no rejoin call (#3446): make it rejoin through subscribe().
 
-        Eager: subscribing again makes the member revoke everything and rejoin. Cooperative
-        and KIP-848: an unchanged subscription is a no-op, so we change it, adding a
-        pattern that matches no topic (a new one each time): the member rejoins and the
-        assignor keeps every partition where it is.
+        A classic coordinator answers a follower's JoinGroup with unchanged metadata with
+        the current assignment, so the member must change what it sends:
+
+        * eager: unsubscribe() and subscribe() again: it revokes everything (as Java's eager
+          enforce does), leaves and rejoins as a new member; one rebalance for the group;
+        * cooperative-sticky: subscribe with an extra pattern that matches no topic (a new
+          one each time): the rejoin carries new metadata, nothing moves;
+        * KIP-848: add such a pattern and remove it again a moment later: the broker bumps
+          the group epoch and every member's epoch follows, with no callback and nothing
+          moving (seen only through the generation; see ``_KIP848_RESTORE_SECONDS``).
         """
+        assert self._consumer is not None
         if not self._settings.cooperative:
-            assert self._consumer is not None
             self._consumer.unsubscribe()
             self._subscribe()
             return
         self._nonce += 1
-        nonce = f"^__rebalance_sidecar_enforce_{uuid.uuid4().hex}_{self._nonce}$"
+        nonce = f"^{_ENFORCE_PATTERN}{uuid.uuid4().hex}_{self._nonce}$"
         self._subscribe(extra=(nonce,))
+        if self._settings.group_protocol == "consumer":
+            self._restore_subscription_at = time.monotonic() + _KIP848_RESTORE_SECONDS
 
     # -- callbacks (librdkafka calls them from poll()/close() on this thread) -------------
 
@@ -468,7 +477,13 @@ class GroupMember:
             if code == KafkaError._ALL_BROKERS_DOWN:
                 self._connected = False
             self._error = error.str()
-            self._log.warning("Kafka unreachable", error=error.str(), code=error.name())
+            if self._should_log(code):  # librdkafka repeats these many times a second
+                self._log.warning(
+                    "Kafka unreachable",
+                    error=error.str(),
+                    code=error.name(),
+                    repeated=self._suppressed.pop(code, 0),
+                )
         elif code in (
             KafkaError._AUTHENTICATION,
             KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -478,9 +493,23 @@ class GroupMember:
             self._connected = False
             self._error = error.str()
             self._log.error("Kafka refused us", error=error.str(), code=error.name())
-        else:
-            self._log.warning("Kafka error", error=error.str(), code=error.name())
+        elif self._should_log(code):
+            self._log.warning(
+                "Kafka error",
+                error=error.str(),
+                code=error.name(),
+                repeated=self._suppressed.pop(code, 0),
+            )
         self._publish()
+
+    def _should_log(self, code: int) -> bool:
+        """At most one line per error code per ``_ERROR_LOG_SECONDS``; count the rest."""
+        now = time.monotonic()
+        if now - self._logged_at.get(code, -_ERROR_LOG_SECONDS) >= _ERROR_LOG_SECONDS:
+            self._logged_at[code] = now
+            return True
+        self._suppressed[code] = self._suppressed.get(code, 0) + 1
+        return False
 
     def _on_statistics(self, raw: str) -> None:
         self._sources.set_statistics(raw)
@@ -557,6 +586,16 @@ class GroupMember:
             group_id=self._settings.group_id, member_id=member_id, generation_id=generation
         )
         return True
+
+    def _on_identity_changed(self) -> None:
+        """KIP-848: the member epoch moves without a callback when nothing moves here."""
+        if (
+            self._settings.group_protocol == "consumer"
+            and self._state is MemberState.STABLE
+            and self._generation > (self._counted_generation or -1)
+        ):
+            self._count_rebalance()
+        self._publish()
 
     def _count_rebalance(self) -> None:
         if self._generation == self._counted_generation:

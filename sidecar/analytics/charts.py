@@ -35,7 +35,7 @@ def _nice_max(value: float) -> float:
         return 1.0
     exponent = math.floor(math.log10(value))
     for step in (1.0, 2.0, 2.5, 5.0, 10.0):
-        candidate = step * 10**exponent
+        candidate = step * 10.0**exponent
         if candidate >= value:
             return candidate
     return 10.0 ** (exponent + 1)
@@ -61,21 +61,23 @@ def _svg_open(chart_id: str, title: str, height: int = HEIGHT) -> str:
     )
 
 
-def _legend(names: Sequence[str], y: int) -> str:
+def _legend(names: Sequence[str], y: int) -> tuple[str, int]:
+    """Legend entries in rows from ``y`` down; returns the SVG and the bottom used."""
     parts: list[str] = []
     x = MARGIN_LEFT
     for i, name in enumerate(names):
-        color = PALETTE[i % len(PALETTE)]
         label = name if len(name) <= 28 else name[:27] + "…"
+        width = 24 + 7 * len(label)
+        if x + width > WIDTH - MARGIN_RIGHT and x > MARGIN_LEFT:
+            x = MARGIN_LEFT
+            y += 16
+        color = PALETTE[i % len(PALETTE)]
         parts.append(
             f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{color}"/>'
             f'<text x="{x + 14}" y="{y}" class="legend">{escape(label)}</text>'
         )
-        x += 24 + 7 * len(label)
-        if x > WIDTH - 160:
-            x = MARGIN_LEFT
-            y += 14
-    return "".join(parts)
+        x += width
+    return "".join(parts), y + 8
 
 
 def bar_chart(
@@ -108,7 +110,7 @@ def bar_chart(
             f'text-anchor="end">{format_number(value)}</text>'
         )
     for i, category in enumerate(categories):
-        base = MARGIN_TOP + plot_h
+        base = float(MARGIN_TOP + plot_h)
         for j, (name, values) in enumerate(series):
             value = values[i]
             if value <= 0:
@@ -141,10 +143,12 @@ def bar_chart(
         f'transform="rotate(-90 14 {MARGIN_TOP + plot_h / 2:.0f})" '
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
+    height = HEIGHT
     if len(series) > 1:
-        out.append(_legend([name for name, _ in series], HEIGHT - 8))
+        legend, height = _legend([name for name, _ in series], HEIGHT + 4)
+        out.append(legend)
     out.append("</svg>")
-    return "".join(out)
+    return _svg_open(chart_id, title, height) + "".join(out[1:])
 
 
 def _heat_color(fraction: float) -> str:
@@ -165,14 +169,13 @@ def heatmap(
     *,
     unit: str,
 ) -> str:
-    """Cells coloured on a log scale of their value; zero cells stay white."""
+    """Cells coloured by their share of the largest value; zero cells stay white."""
     label_w = 230
     cell_h = 18
     height = MARGIN_TOP + cell_h * max(1, len(rows)) + 56
     plot_w = WIDTH - label_w - MARGIN_RIGHT
     cell_w = plot_w / max(1, len(columns))
     peak = max((v for row in values for v in row), default=0.0)
-    scale = math.log1p(peak) if peak > 0 else 1.0
     out = [_svg_open(chart_id, title, height)]
     for r, name in enumerate(rows):
         y = MARGIN_TOP + r * cell_h
@@ -183,7 +186,7 @@ def heatmap(
         )
         for c, column in enumerate(columns):
             value = values[r][c]
-            color = _heat_color(math.log1p(value) / scale) if value > 0 else "#fafafa"
+            color = _heat_color(value / peak) if value > 0 else "#fafafa"
             out.append(
                 f'<rect x="{label_w + c * cell_w:.1f}" y="{y}" width="{max(cell_w - 1, 0.5):.1f}" '
                 f'height="{cell_h - 1}" fill="{color}"><title>{escape(name)} partition '
@@ -200,7 +203,7 @@ def heatmap(
             )
     out.append(
         f'<text x="{label_w + plot_w / 2:.0f}" y="{bottom + 18}" class="axis" '
-        f'text-anchor="middle">partition · colour: {escape(unit)} (log scale, max '
+        f'text-anchor="middle">partition · colour: {escape(unit)} (darkest = '
         f"{format_number(peak)})</text>"
     )
     out.append("</svg>")

@@ -133,8 +133,9 @@ def read_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     frames: list[DataFrame] = []
     if jsonl:
         frames.append(spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE").json(jsonl))
-    if parquet:
-        frames.append(parquet_to_raw(spark.read.parquet(*parquet)))
+    # One read per Parquet input: their schemas may differ (``data`` or ``data_json``,
+    # ``time`` as a string or a timestamp); each is brought to the raw form alone.
+    frames.extend(parquet_to_raw(spark.read.parquet(p)) for p in parquet)
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import json
 import random
 import sys
@@ -149,7 +150,7 @@ class _Group:
     # encoding
 
     def _uid(self) -> str:
-        return "%032x" % self.rng.getrandbits(128)
+        return f"{self.rng.getrandbits(128):032x}"
 
     def _emit(
         self, t: int, member: _Member, type: str, parts: Iterable[int], reason: str | None
@@ -201,8 +202,7 @@ class _Group:
 
     def _restart(self, member: _Member) -> _Member:
         # A static pod comes back under its name; a dynamic one is a new member.
-        fresh = self._new_member(member.identity if member.static else None)
-        return fresh
+        return self._new_member(member.identity if member.static else None)
 
     # assignors
 
@@ -400,12 +400,8 @@ def generate(spec: FleetSpec) -> Iterator[str]:
         *(_Group(i, spec).run() for i in range(spec.groups)), key=lambda item: item[0]
     )
     lines = (line for _, line in merged)
-    count = 0
-    for line in _disorder(lines, spec) if spec.reorder_window > 0 else lines:
-        if count >= spec.events:
-            return
-        count += 1
-        yield line
+    delivered = _disorder(lines, spec) if spec.reorder_window > 0 else lines
+    yield from itertools.islice(delivered, spec.events)
 
 
 def write_fleet(out: IO[str], spec: FleetSpec) -> int:

@@ -73,7 +73,8 @@ def _headline(tables: Mapping[str, DataFrame]) -> Headline:
         )
         .first()
     )
-    assert delivery and reb and members and down
+    if delivery is None or reb is None or members is None or down is None:
+        raise RuntimeError("an aggregate without a grouping returned no row")
     return Headline(
         events=int(delivery["events"]),
         duplicates=int(delivery["duplicates"]),
@@ -95,6 +96,14 @@ def _bucket_seconds(first: datetime | None, last: datetime | None) -> int:
         if span / size <= 60:
             return size
     return BUCKETS[-1]
+
+
+def _duration_label(seconds: int) -> str:
+    for unit, length in (("week", 7 * 86400), ("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length and seconds % length == 0:
+            count = seconds // length
+            return unit if count == 1 and unit in ("week", "day") else f"{count} {unit}"
+    return f"{seconds} s"
 
 
 def _bucket_label(moment: datetime, size: int) -> str:
@@ -119,9 +128,7 @@ def rebalances_over_time(rebalances: DataFrame, headline: Headline) -> str:
     label = F.when(F.col("group_id").isin(top_groups), F.col("group_id")).otherwise("other")
     rows = rebalances.groupBy(bucket, label.alias("series")).count().collect()
     buckets = sorted({r["bucket"] for r in rows})
-    names = [g for g in top_groups] + (
-        ["other"] if any(r["series"] == "other" for r in rows) else []
-    )
+    names = list(top_groups) + (["other"] if any(r["series"] == "other" for r in rows) else [])
     index = {b: i for i, b in enumerate(buckets)}
     counts = {name: [0.0] * len(buckets) for name in names}
     for r in rows:
@@ -132,7 +139,7 @@ def rebalances_over_time(rebalances: DataFrame, headline: Headline) -> str:
         [_bucket_label(b, size) for b in buckets],
         [(name, counts[name]) for name in names],
         stacked=True,
-        y_label=f"rebalances per {format_number(size / 60)} min",
+        y_label=f"rebalances per {_duration_label(size)}",
     )
 
 
@@ -367,7 +374,7 @@ def render_html(tables: Mapping[str, DataFrame]) -> str:
         ("partitions unowned now", format_number(headline.unowned_now)),
     ]
     span = (
-        f"{headline.first:%Y-%m-%d %H:%M} – {headline.last:%Y-%m-%d %H:%M} UTC"
+        f"{headline.first:%Y-%m-%d %H:%M} to {headline.last:%Y-%m-%d %H:%M} UTC"
         if headline.first and headline.last
         else "no rebalances"
     )

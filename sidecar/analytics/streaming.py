@@ -20,12 +20,13 @@ offsets live in the checkpoint, so a restart resumes where it stopped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from .events import KafkaInput, kafka_value_to_raw, read_files
 from .job import refresh
@@ -110,7 +111,7 @@ def run_stream(
         if timeout_seconds is None:
             query.awaitTermination()
         else:
-            query.awaitTermination(timeout_seconds)
+            query.awaitTermination(max(1, math.ceil(timeout_seconds)))
     except KeyboardInterrupt:
         pass
     finally:

@@ -41,7 +41,7 @@ def three(
     return sidecars
 
 
-@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky", "kip848"])
 def test_enforce_on_one_moves_all_three_to_a_higher_generation(
     strategy: str,
     sidecar_factory: Callable[..., Sidecar],
@@ -49,7 +49,12 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
     group_id: str,
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    sidecars = three(sidecar_factory, group_id, topic, strategy=strategy, token="secret-token")
+    protocol = (
+        {"protocol": "consumer", "strategy": None}
+        if strategy == "kip848"
+        else {"strategy": strategy}
+    )
+    sidecars = three(sidecar_factory, group_id, topic, token="secret-token", **protocol)
     before = {s.name: s.assignment() for s in sidecars}
     counted = {s.name: metrics(s)["rebalance_sidecar_rebalances_total"] for s in sidecars}
     enforcer = sidecars[1]  # not the first member: usually not the group leader
@@ -76,6 +81,8 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
         ]
         if strategy == "range":  # eager: everything revoked, then assigned
             assert kinds == ["revoked", "assigned"], kinds
+        elif strategy == "kip848":  # the member epochs rose; no callback, nothing moved
+            assert kinds == [], kinds
         else:  # cooperative: the generation rose and nothing moved
             assert "revoked" not in kinds and kinds[-1] == "assigned", kinds
             assert sidecar.partitions() == {
@@ -86,8 +93,9 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
 
     requested = [e for e in enforcer.history() if e["type"] == "kafka.rebalance.requested"]
     assert requested[-1]["data"]["reason"] == "rolling the dice"
-    assigned = [e for e in enforcer.history() if e["type"] == "kafka.partitions.assigned"]
-    assert assigned[-1]["data"]["reason"] == "rolling the dice"  # KIP-800 reason carried
+    if strategy != "kip848":
+        assigned = [e for e in enforcer.history() if e["type"] == "kafka.partitions.assigned"]
+        assert assigned[-1]["data"]["reason"] == "rolling the dice"  # KIP-800 reason carried
     assert "rolling the dice" in enforcer.logs()
 
 
@@ -222,16 +230,3 @@ def test_enforce_is_refused_while_stopping(
         assert "stopping" in refused.json()["error"]
         assert sidecar.process.wait(60) == 0
         assert app.wait_for(lambda got: any(r.type.endswith("revoked") for r in got), 10)
-
-
-def test_enforce_is_refused_with_an_explanation_under_kip_848(
-    sidecar_factory: Callable[..., Sidecar],
-    topic_factory: Callable[[int], str],
-    group_id: str,
-) -> None:
-    topic = topic_factory(PARTITIONS)
-    sidecar = sidecar_factory(group_id, topic, protocol="consumer", strategy=None)
-    sidecar.wait_stable()
-    refused = sidecar.client.post("/enforce-rebalance")
-    assert refused.status_code == 409
-    assert "KIP-848" in refused.json()["error"]
