@@ -12,7 +12,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.encoders import jsonable_encoder
@@ -20,22 +20,35 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sidecar.feed import Feed
-from sidecar.handoff import Handoff, MemberGone
-from sidecar.journal import Journal
-from sidecar.member import (
+from sidecar.commands import (
     Commit,
     CommitFailed,
     EnforceRebalance,
     NotInGroup,
     NotOwned,
 )
+from sidecar.feed import Feed
+from sidecar.handoff import Handoff, MemberGone
+from sidecar.journal import Journal
 from sidecar.model import Assignment, MemberState, PartitionOffset
+from sidecar.schemas import (
+    AssignmentOut,
+    CommitIn,
+    CommitOut,
+    DeliveryOut,
+    DrainOut,
+    EnforceIn,
+    EnforceOut,
+    ErrorOut,
+    ProbeOut,
+    WebhookCreatedOut,
+    WebhookIn,
+    WebhookOut,
+)
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, Registry
 
@@ -67,105 +80,6 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.extra = extra
-
-
-# -- request and response bodies ------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PartitionOut(BaseModel):
-    topic: str
-    partition: int
-
-
-class AssignmentOut(BaseModel):
-    group_id: str
-    member_id: str | None
-    group_instance_id: str | None
-    generation_id: int
-    protocol: Literal["eager", "cooperative"]
-    state: Literal["starting", "joining", "stable", "rebalancing", "lost", "stopped"]
-    partitions: list[PartitionOut]
-    sequence: int
-    updated_at: str
-    error: str | None = None
-    connected: bool
-
-
-class ErrorOut(BaseModel):
-    error: str
-
-
-class EnforceIn(_Strict):
-    reason: str | None = Field(default=None, max_length=255, description="KIP-800 reason")
-
-
-class EnforceOut(BaseModel):
-    accepted: bool
-    generation_id: int
-    coalesced: bool = Field(description="Joined a rebalance already under way")
-
-
-class OffsetIn(_Strict):
-    topic: str = Field(min_length=1, max_length=249)
-    partition: int = Field(ge=0, le=1_000_000)
-    offset: int = Field(ge=0, le=2**63 - 1)
-
-
-class CommitIn(_Strict):
-    offsets: list[OffsetIn] = Field(min_length=1, max_length=10_000)
-
-
-class CommitOut(BaseModel):
-    committed: list[OffsetIn]
-
-
-class WebhookIn(_Strict):
-    url: str = Field(min_length=1, max_length=2048)
-    events: list[str] | None = Field(default=None, min_length=1, max_length=10)
-    mode: Literal["blocking", "async"] = "blocking"
-    secret: str | None = Field(default=None, max_length=200)
-    timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
-
-
-class WebhookOut(BaseModel):
-    id: str
-    url: str
-    events: list[str]
-    mode: Literal["blocking", "async"]
-    timeout_ms: int
-    origin: Literal["api", "settings"]
-    created_at: str
-    cursor: int
-    disabled: bool
-    disabled_reason: str | None
-
-
-class WebhookCreatedOut(WebhookOut):
-    secret: str = Field(description="Shown once: keep it to verify signatures")
-
-
-class DeliveryOut(BaseModel):
-    sequence: int
-    event_id: str
-    outcome: str
-    attempts: int
-    status_code: int | None
-    error: str | None
-    at: str
-
-
-class DrainOut(BaseModel):
-    drained: bool
-    assignment: AssignmentOut
-
-
-class ProbeOut(BaseModel):
-    ok: bool
-    reason: str
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {

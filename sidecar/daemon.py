@@ -24,12 +24,13 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from sidecar.api import create_app
+from sidecar.commands import Leave
 from sidecar.delivery import Dispatcher, RetryPolicy
 from sidecar.feed import Feed
 from sidecar.fleet import FleetJournal
 from sidecar.handoff import BarrierOutcome, Handoff, MemberGone
 from sidecar.journal import Journal
-from sidecar.member import GroupMember, Leave
+from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, Event, MemberState
 from sidecar.settings import Settings

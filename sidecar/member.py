@@ -20,18 +20,26 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from sidecar.commands import (
+    Commit,
+    CommitFailed,
+    EnforceRebalance,
+    EnforceResult,
+    Leave,
+    NotInGroup,
+    NotOwned,
+)
 from sidecar.handoff import BarrierOutcome, Command, Handoff
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
-    Assignment,
     Delivery,
     Event,
     EventDraft,
@@ -61,47 +69,6 @@ def generation_of(cgmd: bytes) -> int:
         return -1
     (generation,) = struct.unpack_from("=i", cgmd, len(_CGMD_MAGIC))
     return int(generation)
-
-
-# -- commands (run on this thread, submitted through the handoff) --------------------------
-
-
-class NotInGroup(RuntimeError):
-    """The member is not (or no longer) in the group: nothing to enforce or commit as."""
-
-
-class NotOwned(RuntimeError):
-    def __init__(self, foreign: list[TopicPartition]) -> None:
-        self.foreign = foreign
-        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in foreign)
-        super().__init__(f"this member does not own {names}")
-
-
-class CommitFailed(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class EnforceResult:
-    generation_id: int
-    started: bool  # False: joined a rebalance already under way
-
-
-@dataclass(frozen=True)
-class EnforceRebalance(Command[EnforceResult]):
-    reason: str
-
-
-@dataclass(frozen=True)
-class Commit(Command[tuple[PartitionOffset, ...]]):
-    offsets: tuple[PartitionOffset, ...]
-
-
-@dataclass(frozen=True)
-class Leave(Command[Assignment]):
-    """Close the consumer: revoke (through the barrier), leave the group, stop the thread."""
-
-    reason: str
 
 
 # -- the member ---------------------------------------------------------------------------
