@@ -5,6 +5,7 @@ The architecture, one module per responsibility:
 * ``settings``  the frozen settings, built once from the environment and a file
 * ``model``     value types: partitions, the assignment snapshot, events, subscriptions
 * ``member``    the consumer thread: owns the ``Consumer``, runs the rebalance callbacks
+* ``commands``  what the HTTP side may ask of the member (enforce, commit, leave)
 * ``handoff``   the only place the consumer thread and the asyncio loop meet
 * ``journal``   the SQLite journal: events, subscriptions, delivery state
 * ``delivery``  webhook dispatch: signing, ordering, retries, the revoke barrier
@@ -12,6 +13,7 @@ The architecture, one module per responsibility:
 * ``feed``      live fan-out to SSE clients
 * ``fleet``     events to a Kafka topic for fleet analytics
 * ``api``       the HTTP API
+* ``schemas``   its request and response bodies
 * ``metrics``   Prometheus collectors
 * ``logs``      structlog set-up
 * ``daemon``    lifecycle: start, ready, drain, stop
