@@ -6,6 +6,7 @@ The architecture, one module per responsibility:
 * ``model``     value types: partitions, the assignment snapshot, events, subscriptions
 * ``member``    the consumer thread: owns the ``Consumer``, runs the rebalance callbacks
 * ``commands``  what the HTTP side may ask of the member (enforce, commit, leave)
+* ``link``      what librdkafka's error and statistics callbacks say about the connection
 * ``handoff``   the only place the consumer thread and the asyncio loop meet
 * ``journal``   the SQLite journal: events, subscriptions, delivery state
 * ``delivery``  webhook dispatch: signing, ordering, retries, the revoke barrier

@@ -38,6 +38,7 @@ from sidecar.commands import (
 )
 from sidecar.handoff import BarrierOutcome, Command, Handoff
 from sidecar.journal import Journal
+from sidecar.link import KafkaLink
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
     Delivery,
@@ -59,7 +60,6 @@ _IDENTITY_CHECK_SECONDS = 0.5
 _ENFORCE_COALESCE_SECONDS = 60.0
 # KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
 _KIP848_RESTORE_SECONDS = 0.5
-_ERROR_LOG_SECONDS = 10.0
 # Enforce patterns match no topic; librdkafka reports them as unavailable, harmlessly.
 _ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
@@ -98,9 +98,7 @@ class GroupMember:
         self._generation = -1
         self._member_id: str | None = None
         self._state = MemberState.STARTING
-        self._error: str | None = None
-        self._connected = False
-        self._fatal: KafkaError | None = None
+        self._link = KafkaLink(metrics, sources, lambda: self._log)
         self._rebalance_started: float | None = None
         self._counted_generation: int | None = None
         self._enforce_pending: str | None = None
@@ -110,8 +108,6 @@ class GroupMember:
         self._rebalancing_seen_in_stats = False
         self._enforced_at = 0.0
         self._restore_subscription_at = 0.0
-        self._logged_at: dict[int, float] = {}
-        self._suppressed: dict[int, int] = {}
         self._log = log.bind(group_id=settings.group_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
@@ -138,7 +134,7 @@ class GroupMember:
                     break
                 self._log.error(
                     "consumer failed fatally; creating a new one",
-                    error=self._error,
+                    error=self._link.error,
                     retry_in_s=_FATAL_RETRY_SECONDS,
                 )
                 deadline = time.monotonic() + _FATAL_RETRY_SECONDS
@@ -148,7 +144,7 @@ class GroupMember:
                     time.sleep(0.1)
         except Exception:
             self._log.exception("group member crashed")
-            self._error = "group member crashed; see logs"
+            self._link.error = "group member crashed; see logs"
         finally:
             self._state = MemberState.STOPPED
             self._owned.clear()
@@ -157,7 +153,7 @@ class GroupMember:
             self._journal.close()
 
     def _session(self) -> None:
-        self._fatal = None
+        self._link.new_session()
         consumer = self._consumer_factory(self._config())
         self._consumer = consumer
         self._state = MemberState.JOINING
@@ -166,7 +162,7 @@ class GroupMember:
             self._subscribe()
             timeout = self._settings.poll_timeout_ms / 1000
             next_identity_check = 0.0
-            while not self._leaving.is_set() and self._fatal is None:
+            while not self._leaving.is_set() and self._link.fatal is None:
                 self.last_tick = now = time.monotonic()
                 self._serve_commands()
                 if now >= next_identity_check and self._consumer is not None:
@@ -187,7 +183,7 @@ class GroupMember:
                     self._on_error(error)
         finally:
             if self._consumer is not None:
-                self._close(reason="fatal error" if self._fatal else "stopping")
+                self._close(reason="fatal error" if self._link.fatal else "stopping")
 
     def _config(self) -> dict[str, Any]:
         s = self._settings
@@ -235,7 +231,7 @@ class GroupMember:
         if self._owned:
             # close() could not run the callback (fatal error): the partitions are gone.
             self._emit_without_consumer(EventType.LOST, reason)
-        self._state = MemberState.LOST if self._fatal else MemberState.STOPPED
+        self._state = MemberState.LOST if self._link.fatal else MemberState.STOPPED
         self._publish()
 
     # -- commands --------------------------------------------------------------------------
@@ -360,8 +356,7 @@ class GroupMember:
             self._state = MemberState.STABLE
             self._assigned_at = time.monotonic()
             self._rebalancing_seen_in_stats = False
-            self._connected = True
-            self._error = None
+            self._link.healthy()
             event = self._append(EventType.ASSIGNED, offsets, reason=self._reason())
             self._count_rebalance()
             self._log.info(
@@ -434,76 +429,23 @@ class GroupMember:
             )
 
     def _on_error(self, error: KafkaError) -> None:
-        code = error.code()
-        self._metrics.kafka_errors.labels(error.name()).inc()
-        if error.fatal() or code == KafkaError._FATAL:
-            self._fatal = error
-            self._error = f"fatal: {error.str()}"
-            self._log.error("fatal Kafka error", error=error.str(), code=error.name())
-        elif code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE):
-            if code == KafkaError._ALL_BROKERS_DOWN:
-                self._connected = False
-            self._error = error.str()
-            if self._should_log(code):  # librdkafka repeats these many times a second
-                self._log.warning(
-                    "Kafka unreachable",
-                    error=error.str(),
-                    code=error.name(),
-                    repeated=self._suppressed.pop(code, 0),
-                )
-        elif code in (
-            KafkaError._AUTHENTICATION,
-            KafkaError.SASL_AUTHENTICATION_FAILED,
-            KafkaError.GROUP_AUTHORIZATION_FAILED,
-            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        ):
-            self._connected = False
-            self._error = error.str()
-            self._log.error("Kafka refused us", error=error.str(), code=error.name())
-        elif self._should_log(code):
-            self._log.warning(
-                "Kafka error",
-                error=error.str(),
-                code=error.name(),
-                repeated=self._suppressed.pop(code, 0),
-            )
+        self._link.on_error(error)
         self._publish()
 
-    def _should_log(self, code: int) -> bool:
-        """At most one line per error code per ``_ERROR_LOG_SECONDS``; count the rest."""
-        now = time.monotonic()
-        if now - self._logged_at.get(code, -_ERROR_LOG_SECONDS) >= _ERROR_LOG_SECONDS:
-            self._logged_at[code] = now
-            return True
-        self._suppressed[code] = self._suppressed.get(code, 0) + 1
-        return False
-
     def _on_statistics(self, raw: str) -> None:
-        self._sources.set_statistics(raw)
-        stats = self._sources.statistics
-        brokers = [b for b in (stats.get("brokers") or {}).values() if b.get("nodeid", -1) != -1]
-        up = any(b.get("state") == "UP" for b in brokers)
-        cgrp = stats.get("cgrp") or {}
-        changed = False
-        if up != self._connected and (up or brokers):
-            self._connected = up
-            if up and self._error and not self._error.startswith("fatal"):
-                self._error = None
-            changed = True
-        # Statistics are sampled before they reach us: a sample taken before our last
-        # assignment says nothing about now. ``ts`` is librdkafka's CLOCK_MONOTONIC in us,
-        # the clock behind time.monotonic() on Linux.
-        sampled_at = float(stats.get("ts", 0)) / 1e6
-        join_state = cgrp.get("join_state")
-        if sampled_at > self._assigned_at:
-            if join_state not in (None, "steady", "init") and self._state is MemberState.STABLE:
+        changed, sample = self._link.on_statistics(raw)
+        # A sample taken before our last assignment says nothing about now.
+        if sample.sampled_at > self._assigned_at:
+            if sample.join_state not in (None, "steady", "init") and (
+                self._state is MemberState.STABLE
+            ):
                 self._state = MemberState.REBALANCING
                 self._rebalancing_seen_in_stats = True
                 if self._rebalance_started is None:
                     self._rebalance_started = time.monotonic()
                 changed = True
             elif (
-                join_state == "steady"
+                sample.join_state == "steady"
                 and self._state is MemberState.REBALANCING
                 and self._rebalancing_seen_in_stats
             ):
@@ -627,7 +569,7 @@ class GroupMember:
                 partitions=tuple(sorted(self._owned)),
                 sequence=sequence if sequence is not None else current.sequence,
                 updated_at=time.time(),
-                error=self._error,
-                connected=self._connected,
+                error=self._link.error,
+                connected=self._link.connected,
             )
         )
