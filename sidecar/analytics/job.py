@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from . import session as sessions
@@ -27,6 +28,10 @@ from .tables import TABLE_NAMES, build_tables
 # Tables small enough to be one file each; ownership and downtime keep Spark's split.
 SMALL_TABLES = frozenset({"rebalances", "members", "summary", "delivery"})
 REPORT_NAME = "report.html"
+
+
+class JobError(Exception):
+    """A problem with the job's inputs or set-up, reported without a traceback."""
 
 
 @dataclass(frozen=True)
@@ -166,8 +171,8 @@ def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
     elif needs_kafka:
         jars = sessions.jar_paths(sessions.kafka_jars_dir(args.kafka_jars))
         if not jars:
-            raise SystemExit(
-                "error: no spark-sql-kafka jars found; run scripts/spark-jars.sh, "
+            raise JobError(
+                "no spark-sql-kafka jars found; run scripts/spark-jars.sh, "
                 "or pass --kafka-jars DIR or --packages"
             )
     conf = {}
@@ -188,6 +193,15 @@ def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) ->
     if args.stream and not all(is_kafka_url(i) for i in args.input):
         print("error: --stream reads Kafka only (kafka://host:port/topic)", file=sys.stderr)
         return 2
+    try:
+        return _run(args, managed_session)
+    except (JobError, ValueError, PySparkException) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        print(f"error: {first_line}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, managed_session: bool) -> int:
     output: Path = args.output
     spark = _session(args, managed_session)
     spark.sparkContext.setLogLevel("ERROR")

@@ -188,22 +188,53 @@ def _generations(flagged: DataFrame) -> DataFrame:
     )
 
 
-def _starts(flagged: DataFrame) -> DataFrame:
-    """Events that open the rebalance of the *next* generation."""
+def _starts(flagged: DataFrame, gens: DataFrame) -> DataFrame:
+    """Events that open a rebalance, with the generation of the rebalance they open.
+
+    Known generation G-1: the rebalance of G. Unknown (-1, e.g. a member that noticed
+    its loss after the client had already reset its generation): the first rebalance
+    of the group that ends at or after the event.
+    """
     leaving = replayed(flagged).where(F.col("type").isin(REVOKED, LOST) & ~F.col("is_rejoin"))
     requested = flagged.where((F.col("type") == REQUESTED) & ~F.col("is_dup"))
     columns = ["group_id", "generation_id", "time", "type", "reason"]
-    return (
-        leaving.select(*columns)
-        .unionByName(requested.select(*columns))
-        .where(F.col("generation_id") >= 0)
-        .withColumn("generation_id", F.col("generation_id") + 1)
+    candidates = leaving.select(*columns).unionByName(requested.select(*columns))
+    known = candidates.where(F.col("generation_id") >= 0).withColumn(
+        "generation_id", F.col("generation_id") + 1
     )
+    ends = gens.select(
+        "group_id",
+        F.col("generation_id").alias("next_generation"),
+        F.col("ended_at").alias("time"),
+        F.lit(None).cast("string").alias("type"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(0).alias("rank"),
+    )
+    unknown = (
+        candidates.where(F.col("generation_id") < 0)
+        .drop("generation_id")
+        .withColumn("next_generation", F.lit(None).cast("long"))
+        .withColumn("rank", F.lit(1))
+    )
+    # Newest first, a rebalance's end before an event at the same instant: the last
+    # end seen before an event is the first one at or after it.
+    backwards = (
+        Window.partitionBy("group_id")
+        .orderBy(F.desc("time"), "rank")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    placed = (
+        unknown.unionByName(ends)
+        .withColumn("generation_id", F.last("next_generation", ignorenulls=True).over(backwards))
+        .where((F.col("rank") == 1) & F.col("generation_id").isNotNull())
+        .select(*columns)
+    )
+    return known.unionByName(placed)
 
 
 def rebalances(flagged: DataFrame, segs: DataFrame, down: DataFrame) -> DataFrame:
     gens = _generations(flagged)
-    starts = _starts(flagged).alias("s")
+    starts = _starts(flagged, gens).alias("s")
     # A start only counts when it came before the end (a zombie's late `lost` does not).
     opened = (
         starts.join(

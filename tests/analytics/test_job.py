@@ -1,0 +1,194 @@
+"""The batch job end to end: CLI, generated fleets, Parquet inputs, the report."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from sidecar.analytics import build_tables, read_events
+from sidecar.analytics.events import EVENT_SCHEMA
+from sidecar.analytics.generator import FleetSpec, cloud_event, write_events, write_fleet_file
+from sidecar.analytics.job import main
+from sidecar.analytics.tables import TABLE_NAMES
+
+CHARTS = ("chart-rebalances-over-time", "chart-duration-distribution", "chart-downtime-heatmap")
+OFFENDER_TABLES = ("top-groups", "top-longest", "top-partitions", "top-members")
+
+
+def test_help_describes_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    usage = capsys.readouterr().out
+    for option in (
+        "--input",
+        "--output",
+        "--master",
+        "--stream",
+        "--trigger-seconds",
+        "--timeout-seconds",
+    ):
+        assert option in usage
+
+
+def test_stream_needs_a_kafka_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--input", str(tmp_path / "x.jsonl"), "--output", str(tmp_path), "--stream"])
+    assert code == 2
+    assert "kafka://" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_missing_input_is_an_error_not_a_traceback(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--input", str(tmp_path / "nowhere.jsonl"), "--output", str(tmp_path / "o")])
+    assert code == 1
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "fleet.jsonl"
+    write_fleet_file(path, FleetSpec(groups=6, events=8000, seed=3))
+    return path
+
+
+@pytest.fixture(scope="module")
+def job_output(spark: SparkSession, fleet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("out")
+    assert main(["--input", str(fleet), "--output", str(output), "--master", "local[2]"]) == 0
+    return output
+
+
+@pytest.mark.spark
+def test_job_writes_every_table_and_the_report(job_output: Path) -> None:
+    for name in TABLE_NAMES:
+        assert any((job_output / name).glob("*.parquet")), name
+    assert (job_output / "report.html").is_file()
+
+
+@pytest.mark.spark
+def test_tables_describe_the_generated_fleet(
+    spark: SparkSession, fleet: Path, job_output: Path
+) -> None:
+    generations: dict[str, set[int]] = defaultdict(set)
+    identities: dict[str, set[str]] = defaultdict(set)
+    ids: set[str] = set()
+    lines = 0
+    for line in fleet.read_text().splitlines():
+        event = json.loads(line)
+        lines += 1
+        ids.add(event["id"])
+        data = event["data"]
+        identities[data["group_id"]].add(data["group_instance_id"] or data["member_id"])
+        if event["type"] == "kafka.partitions.assigned":
+            generations[data["group_id"]].add(data["generation_id"])
+
+    def table(name: str) -> list[dict[str, object]]:
+        return [r.asDict() for r in spark.read.parquet(str(job_output / name)).collect()]
+
+    rebalances = table("rebalances")
+    per_group: dict[str, set[int]] = defaultdict(set)
+    for row in rebalances:
+        per_group[str(row["group_id"])].add(int(str(row["generation_id"])))
+    assert per_group == generations
+    members: dict[str, set[str]] = defaultdict(set)
+    for row in table("members"):
+        members[str(row["group_id"])].add(str(row["member"]))
+    assert members == identities
+    assert all(float(str(r["duration_seconds"])) >= 0 for r in rebalances)
+    assert all(r["seconds"] is None or float(str(r["seconds"])) > 0 for r in table("downtime"))
+    delivery = table("delivery")
+    assert sum(int(str(r["events"])) for r in delivery) == lines
+    assert sum(int(str(r["duplicates"])) for r in delivery) == lines - len(ids)
+
+
+@pytest.mark.spark
+def test_report_has_the_charts_and_offenders(job_output: Path) -> None:
+    html = (job_output / "report.html").read_text(encoding="utf-8")
+    for chart in CHARTS:
+        match = re.search(rf'<svg id="{chart}"[^>]*>(.*?)</svg>', html, re.S)
+        assert match, chart
+        assert "<rect" in match.group(1), f"{chart} draws nothing"
+    for table_id in OFFENDER_TABLES:
+        assert f'<table id="{table_id}">' in html
+        assert (
+            "nothing to show" not in html.split(f'<table id="{table_id}">')[1].split("</table>")[0]
+        )
+    # Self-contained: no scripts, stylesheets or images fetched from anywhere.
+    assert not re.search(r"<(script|link|img)\b", html)
+    assert "src=" not in html
+
+
+@pytest.mark.spark
+def test_parquet_inputs_struct_and_json_data(spark: SparkSession, tmp_path: Path) -> None:
+    events = [
+        cloud_event(
+            type="kafka.partitions.assigned",
+            group_id="pq",
+            member_id="a",
+            time="2024-01-01T00:00:00.000000Z",
+            sequence=1,
+            generation_id=1,
+            partitions=[("t", 0), ("t", 1)],
+            assignment=[("t", 0), ("t", 1)],
+        ),
+        cloud_event(
+            type="kafka.partitions.revoked",
+            group_id="pq",
+            member_id="a",
+            time="2024-01-01T00:00:05.000000+00:00",
+            sequence=2,
+            generation_id=1,
+            partitions=[("t", 0), ("t", 1)],
+            reason="member joined",
+        ),
+        cloud_event(
+            type="kafka.partitions.assigned",
+            group_id="pq",
+            member_id="a",
+            time="2024-01-01T00:00:06.5Z",
+            sequence=3,
+            generation_id=2,
+            partitions=[("t", 0)],
+            assignment=[("t", 0)],
+        ),
+        cloud_event(
+            type="kafka.partitions.assigned",
+            group_id="pq",
+            member_id="b",
+            time="2024-01-01T00:00:07Z",
+            sequence=1,
+            generation_id=2,
+            partitions=[("t", 1)],
+            assignment=[("t", 1)],
+        ),
+    ]
+    jsonl = write_events(tmp_path / "events.jsonl", events)
+    raw = spark.read.schema(EVENT_SCHEMA).json(str(jsonl))
+    # `time` as a Parquet timestamp in one form, as the RFC 3339 string in the other.
+    raw.withColumn("time", F.col("time").cast("timestamp")).write.parquet(str(tmp_path / "struct"))
+    raw.withColumn("data_json", F.to_json("data")).drop("data").write.parquet(
+        str(tmp_path / "json")
+    )
+
+    # Both Parquet forms at once: every event arrives twice and is deduplicated.
+    tables = build_tables(
+        spark, read_events(spark, [str(tmp_path / "struct"), str(tmp_path / "json")])
+    )
+    try:
+        rebalances = tables["rebalances"].orderBy("generation_id").collect()
+        delivery = tables["delivery"].collect()
+    finally:
+        tables.release()
+    assert [
+        (r["generation_id"], r["duration_seconds"], r["members"], r["partitions_moved"])
+        for r in rebalances
+    ] == [(1, 0.0, 1, 0), (2, 2.0, 2, 1)]
+    assert sum(r["duplicates"] for r in delivery) == len(events)

@@ -1,0 +1,91 @@
+"""Structured Streaming from a real Kafka topic keeps the tables current."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from sidecar.analytics.generator import cloud_event
+from sidecar.analytics.streaming import StreamOptions, start_stream
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+ASSIGNED = "kafka.partitions.assigned"
+REVOKED = "kafka.partitions.revoked"
+
+
+def event(
+    type: str,
+    member: str,
+    second: float,
+    sequence: int,
+    generation: int,
+    parts: list[int],
+    owned: list[int],
+) -> dict[str, Any]:
+    return cloud_event(
+        type=type,
+        group_id="live",
+        member_id=member,
+        sequence=sequence,
+        time=f"2024-01-01T00:00:{second:09.6f}Z",
+        generation_id=generation,
+        partitions=[("t", p) for p in parts],
+        assignment=[("t", p) for p in owned],
+        reason="member joined",
+    )
+
+
+def produce(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for item in events:
+        producer.produce(topic, key=b"live", value=json.dumps(item).encode())
+    assert producer.flush(30) == 0
+
+
+def rebalances(spark: SparkSession, output: Path) -> list[tuple[int, int, int]]:
+    frame = spark.read.parquet(str(output / "rebalances")).orderBy("generation_id")
+    return [(r["generation_id"], r["members"], r["partitions_moved"]) for r in frame.collect()]
+
+
+def test_stream_updates_tables_as_events_arrive(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[int], str],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(2)
+    output = tmp_path / "out"
+    first = [event(ASSIGNED, "a", 0, 1, 1, [0, 1, 2, 3], [0, 1, 2, 3])]
+    produce(kafka_bootstrap, topic, first)
+    options = StreamOptions(
+        inputs=[f"kafka://{kafka_bootstrap}/{topic}"], output=output, trigger_seconds=1.0
+    )
+    query, refresher = start_stream(spark, options)
+    try:
+        query.processAllAvailable()
+        assert rebalances(spark, output) == [(1, 1, 0)]
+        assert (output / "report.html").is_file()
+
+        second = [
+            event(REVOKED, "a", 10, 2, 1, [0, 1, 2, 3], []),
+            event(ASSIGNED, "a", 12, 3, 2, [0, 1], [0, 1]),
+            event(ASSIGNED, "b", 12.5, 1, 2, [2, 3], [2, 3]),
+        ]
+        produce(kafka_bootstrap, topic, second + second[:1])  # one redelivery
+        query.processAllAvailable()
+        assert rebalances(spark, output) == [(1, 1, 0), (2, 2, 2)]
+        members = spark.read.parquet(str(output / "members")).count()
+        assert members == 2
+        delivery = spark.read.parquet(str(output / "delivery")).collect()
+        assert sum(r["duplicates"] for r in delivery) == 1
+        assert refresher.batches >= 2
+    finally:
+        query.stop()
+    assert query.exception() is None
