@@ -60,7 +60,7 @@ _IDENTITY_CHECK_SECONDS = 0.5
 _ENFORCE_COALESCE_SECONDS = 60.0
 # KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
 _KIP848_RESTORE_SECONDS = 0.5
-# Enforce patterns match no topic; librdkafka reports them as unavailable, harmlessly.
+# Enforce topic names and patterns match no topic; librdkafka reports them as unavailable.
 _ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
 
@@ -319,8 +319,10 @@ class GroupMember:
 
         * eager: unsubscribe() and subscribe() again: it revokes everything (as Java's eager
           enforce does), leaves and rejoins as a new member; one rebalance for the group;
-        * cooperative-sticky: subscribe with an extra pattern that matches no topic (a new
-          one each time): the rejoin carries new metadata, nothing moves;
+        * cooperative-sticky: subscribe with an extra topic name that does not exist (a new
+          one each time, replacing the last): librdkafka sees the subscribed topics change
+          and rejoins with new metadata; the sticky assignor moves nothing. (A pattern that
+          matches nothing only works once: librdkafka's metadata then never looks stale.)
         * KIP-848: add such a pattern and remove it again a moment later: the broker bumps
           the group epoch and every member's epoch follows, with no callback and nothing
           moving (seen only through the generation; see ``_KIP848_RESTORE_SECONDS``).
@@ -331,10 +333,12 @@ class GroupMember:
             self._subscribe()
             return
         self._nonce += 1
-        nonce = f"^{_ENFORCE_PATTERN}{uuid.uuid4().hex}_{self._nonce}$"
-        self._subscribe(extra=(nonce,))
+        name = f"{_ENFORCE_PATTERN}{uuid.uuid4().hex}_{self._nonce}"
         if self._settings.group_protocol == "consumer":
+            self._subscribe(extra=(f"^{name}$",))
             self._restore_subscription_at = time.monotonic() + _KIP848_RESTORE_SECONDS
+        else:
+            self._subscribe(extra=(name,))
 
     # -- callbacks (librdkafka calls them from poll()/close() on this thread) -------------
 

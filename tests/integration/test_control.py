@@ -55,15 +55,21 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
         else {"strategy": strategy}
     )
     sidecars = three(sidecar_factory, group_id, topic, token="secret-token", **protocol)
+    assert sidecars[1].client.post("/enforce-rebalance").status_code == 401
+    # Several times, from different members: a mechanism that works once is broken.
+    for round_, enforcer in enumerate((sidecars[1], sidecars[2], sidecars[1])):
+        enforce_once(enforcer, sidecars, topic, strategy, reason=f"rolling the dice {round_}")
+
+
+def enforce_once(
+    enforcer: Sidecar, sidecars: list[Sidecar], topic: str, strategy: str, reason: str
+) -> None:
     before = {s.name: s.assignment() for s in sidecars}
     counted = {s.name: metrics(s)["rebalance_sidecar_rebalances_total"] for s in sidecars}
-    enforcer = sidecars[1]  # not the first member: usually not the group leader
-
-    assert enforcer.client.post("/enforce-rebalance").status_code == 401
     response = enforcer.client.post(
         "/enforce-rebalance",
         params={"wait": 60},
-        json={"reason": "rolling the dice"},
+        json={"reason": reason},
         headers=enforcer.headers(),
     )
     assert response.status_code == 200, response.text
@@ -88,15 +94,15 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
             assert sidecar.partitions() == {
                 (p["topic"], p["partition"]) for p in before[sidecar.name]["partitions"]
             }
-        # exactly one rebalance counted per member
-        assert metrics(sidecar)["rebalance_sidecar_rebalances_total"] == counted[sidecar.name] + 1
+        rebalances = metrics(sidecar)["rebalance_sidecar_rebalances_total"]
+        assert rebalances == counted[sidecar.name] + 1  # exactly one per member
 
     requested = [e for e in enforcer.history() if e["type"] == "kafka.rebalance.requested"]
-    assert requested[-1]["data"]["reason"] == "rolling the dice"
+    assert requested[-1]["data"]["reason"] == reason
     if strategy != "kip848":
         assigned = [e for e in enforcer.history() if e["type"] == "kafka.partitions.assigned"]
-        assert assigned[-1]["data"]["reason"] == "rolling the dice"  # KIP-800 reason carried
-    assert "rolling the dice" in enforcer.logs()
+        assert assigned[-1]["data"]["reason"] == reason  # KIP-800 reason carried
+    assert reason in enforcer.logs()
 
 
 def test_two_concurrent_enforce_requests_cause_one_rebalance(

@@ -1,0 +1,242 @@
+"""``python -m bench``: run the benchmark sections, print each figure against its baseline,
+and write ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from bench.common import (
+    REPO,
+    Context,
+    SectionResult,
+    Sizes,
+    Stopwatch,
+    Table,
+    Target,
+    machine,
+)
+
+SECTIONS: dict[str, str] = {
+    "latency": "bench.latency",
+    "rebalance": "bench.rebalance",
+    "footprint": "bench.footprint",
+    "http": "bench.http_api",
+    "journal": "bench.journal_append",
+}
+NEEDS_KAFKA = {"rebalance", "footprint", "http"}
+KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
+DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Measure what the sidecar costs against baselines measured in the same run "
+        "(latency, rebalance cost, footprint, HTTP, journal). A full run takes about "
+        "6-8 minutes on 2 cores and writes docs/benchmarks.md.",
+        epilog="Sections: " + ", ".join(SECTIONS) + ". Without --bootstrap, a broker is started "
+        "with deploy/local/kafka.sh on --kafka-port (data in .cache/kafka-bench) and stopped "
+        "afterwards. The document is written by a full run of every section, or wherever "
+        "--output says.",
+    )
+    parser.add_argument("--bootstrap", help="an existing broker, host:port (default: start one)")
+    parser.add_argument(
+        "--kafka-port",
+        type=int,
+        default=int(os.environ.get("BENCH_KAFKA_PORT", "49092")),
+        help="port for the broker started when --bootstrap is not given "
+        "(default $BENCH_KAFKA_PORT or 49092)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: about 2 minutes")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(SECTIONS),
+        metavar="SECTION",
+        help="run only this section (repeatable): " + ", ".join(SECTIONS),
+    )
+    parser.add_argument("--repetitions", type=int, help="enforced rebalances per protocol/kind")
+    parser.add_argument("--events", type=int, help="revoked events with one subscriber")
+    parser.add_argument("--starts", type=int, help="timed sidecar starts")
+    parser.add_argument("--window", type=float, help="seconds of each timed window")
+    parser.add_argument(
+        "--output", type=Path, help="Markdown report (default docs/benchmarks.md on a full run)"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="where to write the raw figures as JSON (default: last-run.json in --work-dir)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=REPO / ".cache" / "bench",
+        help="scratch space for journals and logs (default .cache/bench)",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: rewrite the report (--output, default docs/benchmarks.md) from the "
+        "raw figures of an earlier run (--json), e.g. after editing bench/findings.md",
+    )
+    parser.add_argument(
+        "--load-tool",
+        choices=["auto", "wrk", "python"],
+        default="auto",
+        help="HTTP load generator: wrk when installed (auto), or the raw-asyncio one",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.render is not None:
+        return _render_again(args.render, args.output or DEFAULT_OUTPUT)
+    sizes = Sizes.quick() if args.quick else Sizes.full()
+    sizes = replace(
+        sizes,
+        **{
+            name: value
+            for name, value in (
+                ("repetitions", args.repetitions),
+                ("latency_events", args.events),
+                ("starts", args.starts),
+                ("window", args.window),
+            )
+            if value is not None
+        },
+    )
+    chosen = [s for s in SECTIONS if not args.only or s in args.only]
+    output = args.output
+    if output is None and not args.only and not args.quick:
+        output = DEFAULT_OUTPUT
+    load_tool = args.load_tool
+    if load_tool == "auto":
+        load_tool = "wrk" if shutil.which("wrk") else "python"
+    elif load_tool == "wrk" and not shutil.which("wrk"):
+        print("--load-tool wrk: wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    description = machine()
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python -m bench", shlex.join(given)]).strip()
+    say(f"bench: {command}")
+    for key, value in description.items():
+        say(f"  {key}: {value}")
+    total = Stopwatch()
+    results: list[SectionResult] = []
+    broker_needed = bool(NEEDS_KAFKA & set(chosen))
+    with _broker(args.bootstrap, args.kafka_port, broker_needed, say) as bootstrap:
+        ctx = Context(bootstrap or "", sizes, args.work_dir.resolve(), say, load_tool)
+        for name in chosen:
+            module = __import__(SECTIONS[name], fromlist=["run"])
+            runner: Callable[[Context], SectionResult] = module.run
+            watch = Stopwatch()
+            say(f"\n== {name} ==")
+            section = runner(ctx)
+            section.seconds = watch.elapsed
+            results.append(section)
+            for target in section.targets:
+                verdict = "met" if target.met else "MISSED"
+                say(f"  target {target.what}: {target.goal}: {target.measured} -> {verdict}")
+    description["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    say(f"\nbench: done in {total.elapsed:.0f} s")
+    if output is not None:
+        from bench.report import render
+
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(render(results, description, command, sizes, load_tool, total.elapsed))
+        say(f"bench: wrote {output}")
+    raw: Path = args.json or args.work_dir / "last-run.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(
+        json.dumps(
+            {
+                "machine": description,
+                "command": command,
+                "sizes": asdict(sizes),
+                "load_tool": load_tool,
+                "seconds": total.elapsed,
+                "sections": [asdict(r) for r in results],
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return 0
+
+
+def _render_again(raw: Path, output: Path) -> int:
+    from bench.report import render
+
+    data = json.loads(raw.read_text())
+    results = [
+        SectionResult(
+            **{
+                **section,
+                "tables": [Table(**t) for t in section["tables"]],
+                "targets": [Target(**t) for t in section["targets"]],
+            }
+        )
+        for section in data["sections"]
+    ]
+    output.write_text(
+        render(
+            results,
+            data["machine"],
+            data["command"],
+            Sizes(**data["sizes"]),
+            data["load_tool"],
+            data["seconds"],
+        )
+    )
+    print(f"bench: wrote {output} from {raw}")
+    return 0
+
+
+@contextlib.contextmanager
+def _broker(
+    given: str | None, port: int, needed: bool, say: Callable[[str], None]
+) -> Iterator[str | None]:
+    if given or not needed:
+        yield given
+        return
+    env = {
+        **os.environ,
+        "KAFKA_PORT": str(port),
+        "KAFKA_DATA_DIR": str(REPO / ".cache" / "kafka-bench"),
+    }
+    was_running = (
+        subprocess.run([str(KAFKA_SH), "status"], env=env, capture_output=True).returncode == 0
+    )
+    say(f"bench: starting a broker on 127.0.0.1:{port} (deploy/local/kafka.sh)")
+    started = subprocess.run(
+        [str(KAFKA_SH), "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    if started.returncode != 0:
+        raise SystemExit(f"kafka.sh start failed:\n{started.stderr[-4000:]}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        if not was_running:
+            subprocess.run([str(KAFKA_SH), "stop"], env=env, capture_output=True, timeout=120)

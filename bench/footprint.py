@@ -1,0 +1,175 @@
+"""Section 3: footprint — memory and CPU, idle and under load, and start-up time.
+
+One sidecar with the shipped settings (librdkafka's group defaults: heartbeat 3 s, session
+45 s; statistics every 5 s; JSON logs) and one blocking webhook, alone in a group on a
+24-partition topic. Start-up is timed from spawning ``python -m sidecar run`` to the
+first answer of ``/healthz`` (HTTP ready) and to ``GET /assignment`` showing the
+assignment (a long-poll, so no polling delay). The broker's own share, a bare
+confluent-kafka consumer's time from creation to ``on_assign`` in a fresh group with the
+same settings, is measured in the same run and subtracted; so is the time of a bare
+``python -c "import sidecar.daemon"``, for reference. Then, with the last sidecar
+started: RSS (sampled every 0.25 s, the largest; and USS at the end) and CPU (user +
+system over the window, % of one core) while idle in the stable group, and while the
+HTTP load generator keeps 10 connections busy on ``GET /assignment``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from bench.bare import BareMember
+from bench.common import REPO, Context, SectionResult, Table, Target, compare, median, ms, ratio
+from bench.loads import Load, run_load
+from bench.processes import Usage, mb, observe, shipped_sidecar, start_timed, stop
+from bench.receiver import ReceiverProcess
+from sidecar.subscriptions import new_secret
+from tests.support.kafka import create_topic, unique
+
+PARTITIONS = 24
+LOAD_CONNECTIONS = 10
+
+
+def bare_join(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
+    """Seconds from creating a bare consumer to its first ``on_assign`` (fresh group)."""
+    member = BareMember(
+        {"bootstrap.servers": bootstrap, "group.id": unique("bench-join")}, topic, False
+    ).start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not member.history():
+            if time.monotonic() > deadline:
+                raise RuntimeError("bare consumer not assigned in time")
+            time.sleep(0.005)
+        return member.history()[0].at - member.created_at
+    finally:
+        member.stop()
+
+
+def import_seconds() -> float:
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import sidecar.daemon"], cwd=REPO, check=True)
+    return time.monotonic() - started
+
+
+def run(ctx: Context) -> SectionResult:
+    result = SectionResult(
+        key="footprint",
+        title="3. Footprint: memory, CPU, start-up",
+        method=(__doc__ or "").split("\n", 2)[2].strip(),
+    )
+    receiver = ReceiverProcess(new_secret())
+    topic = create_topic(ctx.bootstrap, PARTITIONS)
+    root = ctx.work_dir / f"footprint-{uuid.uuid4().hex[:8]}"
+    webhook = {"url": receiver.url("footprint"), "secret": receiver.secret, "mode": "blocking"}
+    http_ready: list[float] = []
+    assigned: list[float] = []
+    joins: list[float] = []
+    imports = [import_seconds() for _ in range(ctx.sizes.starts)]
+    sidecar = None
+    try:
+        for i in range(ctx.sizes.starts):
+            joins.append(bare_join(ctx.bootstrap, topic))
+            if sidecar is not None:
+                stop(sidecar)
+            sidecar = shipped_sidecar(
+                ctx.bootstrap, unique("bench-footprint"), topic, root / f"start-{i}", webhook
+            )
+            started = start_timed(sidecar)
+            http_ready.append(started.http_ready)
+            assigned.append(started.assigned)
+            ctx.say(
+                f"    start {i + 1}: HTTP ready {ms(started.http_ready)}, assigned "
+                f"{ms(started.assigned)}; bare consumer joined in {ms(joins[-1])}"
+            )
+        assert sidecar is not None and sidecar.process is not None
+        pid = sidecar.process.pid
+        time.sleep(2.0)  # let the start-up settle (first statistics, webhook delivered)
+        idle = observe(pid, 2 * ctx.sizes.window)
+        loads: list[Load] = []
+        url = f"http://127.0.0.1:{sidecar.port}/assignment"
+        generator = threading.Thread(
+            target=lambda: loads.append(
+                run_load(url, ctx.sizes.window + 1.0, LOAD_CONNECTIONS, ctx.load_tool)
+            )
+        )
+        generator.start()
+        time.sleep(0.5)
+        loaded = observe(pid, ctx.sizes.window)
+        generator.join()
+    finally:
+        if sidecar is not None:
+            stop(sidecar)
+        receiver.stop()
+    a, j = median(assigned), median(joins)
+    ctx.say(f"  {'start → HTTP ready':<44} {ms(median(http_ready)):>12}")
+    ctx.say(compare("start → first assignment", ms(a), ms(j), ratio(a, j), ms(a - j)))
+    ctx.say(f"  idle: RSS {mb(idle.rss_max)}, USS {mb(idle.uss_end)}, CPU {idle.cpu_percent:.2f} %")
+    ctx.say(
+        f"  under load ({loads[0].requests_per_second:,.0f} req/s): RSS {mb(loaded.rss_max)}, "
+        f"CPU {loaded.cpu_percent:.1f} %"
+    )
+    result.tables.append(
+        Table(
+            ["", "median", "runs"],
+            [
+                ["start → HTTP ready", ms(median(http_ready)), _runs(http_ready)],
+                ["start → first assignment", ms(a), _runs(assigned)],
+                ["bare consumer: create → on_assign (broker's join)", ms(j), _runs(joins)],
+                ["**start → first assignment, minus the broker's join**", ms(a - j), ""],
+                [
+                    "for reference: `python -c 'import sidecar.daemon'`",
+                    ms(median(imports)),
+                    _runs(imports),
+                ],
+            ],
+            caption="Start-up.",
+        )
+    )
+    result.tables.append(
+        Table(
+            ["state", "RSS (max)", "USS", "CPU (% of one core)", "threads", "window"],
+            [
+                _usage("idle, stable group", idle, 2 * ctx.sizes.window),
+                _usage(
+                    f"GET /assignment load ({LOAD_CONNECTIONS} connections, "
+                    f"{loads[0].requests_per_second:,.0f} req/s)",
+                    loaded,
+                    ctx.sizes.window,
+                ),
+            ],
+            caption="Memory and CPU of the sidecar process.",
+        )
+    )
+    result.targets += [
+        Target("idle RSS", "≤ 80 MB", mb(idle.rss_max), idle.rss_max <= 80e6),
+        Target("idle CPU", "< 1 % of a core", f"{idle.cpu_percent:.2f} %", idle.cpu_percent < 1),
+    ]
+    result.raw = {
+        "http_ready": http_ready,
+        "assigned": assigned,
+        "bare_join": joins,
+        "imports": imports,
+        "idle": idle.__dict__,
+        "loaded": loaded.__dict__,
+        "load": loads[0].__dict__,
+    }
+    return result
+
+
+def _runs(values: list[float]) -> str:
+    return ", ".join(ms(v) for v in values)
+
+
+def _usage(label: str, usage: Usage, window: float) -> list[str]:
+    return [
+        label,
+        mb(usage.rss_max),
+        mb(usage.uss_end),
+        f"{usage.cpu_percent:.2f} %",
+        str(usage.threads),
+        f"{window:g} s",
+    ]

@@ -1,0 +1,94 @@
+"""Section 4: ``GET /assignment`` requests/s and latency on one worker.
+
+One sidecar with the shipped settings, stable in a group on a 24-partition topic (so its
+consumer thread polls alongside), takes keep-alive load from 32 connections for the
+window, after a 1 s warm-up. Baselines, each in its own process and served the way the
+daemon serves (``bench/baseline_app.py``): a one-route FastAPI app returning the same
+JSON document, and a raw ASGI app sending the same bytes (the server's ceiling). Load:
+see "Run" above; it shares the 2 cores with the server.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from bench.baseline_app import BaselineProcess
+from bench.common import Context, SectionResult, Table, Target, compare, ms, ratio
+from bench.loads import Load, run_load
+from bench.processes import shipped_sidecar, start_timed, stop
+from tests.support.kafka import create_topic, unique
+
+PARTITIONS = 24
+CONNECTIONS = 32
+
+
+def _measure(url: str, ctx: Context) -> Load:
+    run_load(url, 1.0, CONNECTIONS, ctx.load_tool)  # warm-up
+    return run_load(url, ctx.sizes.window, CONNECTIONS, ctx.load_tool)
+
+
+def run(ctx: Context) -> SectionResult:
+    result = SectionResult(
+        key="http",
+        title="4. HTTP: GET /assignment on one worker",
+        method=(__doc__ or "").split("\n", 2)[2].strip(),
+    )
+    root = ctx.work_dir / f"http-{uuid.uuid4().hex[:8]}"
+    topic = create_topic(ctx.bootstrap, PARTITIONS)
+    sidecar = shipped_sidecar(ctx.bootstrap, unique("bench-http"), topic, root / "sidecar", None)
+    try:
+        start_timed(sidecar)
+        body = root / "assignment.json"
+        body.write_bytes(sidecar.client.get("/assignment").content)
+        ours = _measure(f"http://127.0.0.1:{sidecar.port}/assignment", ctx)
+    finally:
+        stop(sidecar)
+    baselines: dict[str, Load] = {}
+    for kind in ("fastapi", "asgi"):
+        app = BaselineProcess(kind, body)
+        try:
+            baselines[kind] = _measure(f"http://127.0.0.1:{app.port}/assignment", ctx)
+        finally:
+            app.stop()
+    base = baselines["fastapi"]
+    ctx.say(
+        compare(
+            "GET /assignment req/s",
+            f"{ours.requests_per_second:,.0f}",
+            f"{base.requests_per_second:,.0f}",
+            ratio(ours.requests_per_second, base.requests_per_second),
+        )
+    )
+    ctx.say(compare("GET /assignment p99", ms(ours.p99), ms(base.p99), ratio(ours.p99, base.p99)))
+    ctx.say(f"  raw ASGI ceiling: {baselines['asgi'].requests_per_second:,.0f} req/s")
+    table = Table(
+        ["server", "requests/s", "ratio to FastAPI baseline", "p50", "p99", "errors"],
+        caption=f"{CONNECTIONS} keep-alive connections, {max(1, round(ctx.sizes.window))} s, "
+        f"load generator: {ours.tool}.",
+    )
+    for name, load in (
+        ("sidecar `GET /assignment`", ours),
+        ("baseline: one-route FastAPI app, same body", base),
+        ("ceiling: raw ASGI app, same bytes", baselines["asgi"]),
+    ):
+        table.rows.append(
+            [
+                name,
+                f"{load.requests_per_second:,.0f}",
+                ratio(load.requests_per_second, base.requests_per_second),
+                ms(load.p50),
+                ms(load.p99),
+                str(load.errors),
+            ]
+        )
+    result.tables.append(table)
+    result.targets.append(
+        Target(
+            "GET /assignment, one worker",
+            "≥ 3,000 req/s",
+            f"{ours.requests_per_second:,.0f} req/s (p99 {ms(ours.p99)})",
+            ours.requests_per_second >= 3000,
+        )
+    )
+    result.raw = {"sidecar": ours.__dict__, **{k: v.__dict__ for k, v in baselines.items()}}
+    return result

@@ -1,0 +1,177 @@
+"""A fast webhook receiver in its own process, so it neither shares a GIL nor bottlenecks.
+
+Raw asyncio HTTP/1.1 with keep-alive (uvloop when installed). Each POST is stamped with
+``time.time()`` as soon as its body has been read, answered ``204`` at once, then parsed
+and its Standard Webhooks signature verified (after the answer: the receiver's own work
+is not what we measure). ``GET /records`` hands over and clears what arrived since the
+last call. Start it with ``python -m bench.receiver --secret whsec_...``: it prints its
+port on the first line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bench.common import REPO
+
+_NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class Record:
+    path: str
+    id: str
+    at: float
+    type: str
+    generation: int
+    assignment: int  # partitions in data.assignment
+
+
+class _Server:
+    def __init__(self, secret: str | None) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.verified = 0
+        self.rejected = 0
+        self._webhook: Any = None
+        if secret:
+            from standardwebhooks import Webhook
+
+            self._webhook = Webhook(secret)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        name, value = line.split(":", 1)
+                        headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length", "0"))
+                body = await reader.readexactly(length) if length else b""
+                at = time.time()
+                if method == "GET" and path.startswith("/records"):
+                    self._answer_records(writer)
+                    continue
+                writer.write(_NO_CONTENT)
+                self._record(path, headers, body, at)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    def _record(self, path: str, headers: dict[str, str], body: bytes, at: float) -> None:
+        event: dict[str, Any] = {}
+        try:
+            event = json.loads(body)
+            data = event.get("data") or {}
+            generation = int(data.get("generation_id", -1))
+            assignment = len(data.get("assignment") or ())
+        except (ValueError, TypeError, AttributeError):
+            generation, assignment = -1, 0
+        if self._webhook is not None:
+            try:
+                self._webhook.verify(body, headers)
+                self.verified += 1
+            except Exception:
+                self.rejected += 1
+        self.records.append(
+            {
+                "path": path,
+                "id": headers.get("webhook-id", ""),
+                "at": at,
+                "type": str(event.get("type", "")),
+                "generation": generation,
+                "assignment": assignment,
+            }
+        )
+
+    def _answer_records(self, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps(
+            {"records": self.records, "verified": self.verified, "rejected": self.rejected}
+        ).encode()
+        self.records = []
+        self.verified = self.rejected = 0
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(payload)).encode()
+            + b"\r\n\r\n"
+            + payload
+        )
+
+
+async def _main(secret: str | None) -> None:
+    server = _Server(secret)
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, backlog=512)
+    port = listener.sockets[0].getsockname()[1]
+    print(port, flush=True)
+    async with listener:
+        await listener.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Benchmark webhook receiver")
+    parser.add_argument("--secret", default=None, help="verify signatures with this secret")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.run(_main(args.secret))
+    except ImportError:
+        asyncio.run(_main(args.secret))
+
+
+class ReceiverProcess:
+    """The harness's handle on a receiver process."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.receiver", "--secret", secret],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        if not line.isdigit():
+            self.process.kill()
+            raise RuntimeError(f"receiver did not start: {line!r}")
+        self.port = int(line)
+        self.verified = 0
+        self.rejected = 0
+        self._client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/hook/{name}"
+
+    def take(self) -> list[Record]:
+        """What arrived since the last call."""
+        found = self._client.get("/records").json()
+        self.verified += int(found["verified"])
+        self.rejected += int(found["rejected"])
+        return [Record(**r) for r in found["records"]]
+
+    def stop(self) -> None:
+        self._client.close()
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""``docs/benchmarks.md``: machine, command, targets, then one part per section."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict
+
+from bench.common import REPO, SectionResult, Sizes, Table
+
+# Kept by hand: what the numbers mean, what is ours, what to change. Included verbatim.
+FINDINGS = REPO / "bench" / "findings.md"
+
+INTRO = """\
+What the sidecar costs, measured against baselines **in the same run** on the same
+machine, so the ratios mean something even where the absolute numbers are this
+machine's. Regenerate with the command below (`python -m bench --help`); the harness
+lives in `bench/` and a smoke test (`tests/bench/`) keeps it running. The targets are
+benchmarks, not test assertions (issue 7). A load average above the core count (see
+"Machine") means other work shared the 2 cores during the run: tails (p95, p99) and the
+HTTP figures carry that noise, baselines included.
+"""
+
+
+def render(
+    results: list[SectionResult],
+    machine: dict[str, str],
+    command: str,
+    sizes: Sizes,
+    load_tool: str,
+    seconds: float,
+) -> str:
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out: list[str] = ["# Benchmarks", "", INTRO]
+    out += ["## Run", ""]
+    out += [f"- command: `{command}` ({seconds:.0f} s, {when})"]
+    out += ["- sizes: " + ", ".join(f"{k}={v}" for k, v in asdict(sizes).items())]
+    out += [f"- HTTP load generator: {_load_tool(load_tool)}"]
+    out += ["", "## Machine", "", *_table(Table(["", ""], [[k, v] for k, v in machine.items()]))]
+    targets = [t for r in results for t in r.targets]
+    if targets:
+        out += ["", "## Targets", ""]
+        rows = [[t.what, t.goal, t.measured, "met" if t.met else "**missed**"] for t in targets]
+        out += _table(Table(["target", "goal", "measured", ""], rows))
+    if FINDINGS.exists():
+        out += ["", FINDINGS.read_text().strip()]
+    for result in results:
+        out += ["", f"## {result.title}", "", result.method, ""]
+        for table in result.tables:
+            if table.caption:
+                out += [table.caption, ""]
+            out += [*_table(table), ""]
+        for note in result.notes:
+            out += [f"- {note}"]
+        if result.notes:
+            out += [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _load_tool(tool: str) -> str:
+    if tool == "wrk":
+        return "`wrk` (one thread, Debian package), on the same 2 cores as the server"
+    return "the harness's raw-asyncio generator (`bench/loads.py`, its own process)"
+
+
+def _table(table: Table) -> list[str]:
+    lines = ["| " + " | ".join(table.columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in table.columns) + "|")
+    for row in table.rows:
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    return lines

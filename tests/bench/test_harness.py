@@ -1,0 +1,66 @@
+"""The benchmark harness still runs: every section, tiny sizes, against the real broker.
+
+Figures are not checked (they are benchmarks, not assertions): only that each section
+produced its tables and targets and that the report and the raw JSON were written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.sidecars import REPO
+
+pytestmark = pytest.mark.kafka
+
+SECTIONS = ["latency", "rebalance", "footprint", "http", "journal"]
+
+
+def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    raw = tmp_path / "benchmarks.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--quick",
+            "--events",
+            "20",
+            "--repetitions",
+            "1",
+            "--starts",
+            "1",
+            "--window",
+            "0.5",
+            "--output",
+            str(report),
+            "--json",
+            str(raw),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads(raw.read_text())
+    assert [s["key"] for s in results["sections"]] == SECTIONS
+    for section in results["sections"]:
+        assert section["tables"] and all(t["rows"] for t in section["tables"]), section["key"]
+    targets = [t["what"] for s in results["sections"] for t in s["targets"]]
+    assert len(targets) == 6, targets  # latency, 2 x rebalance, RSS, CPU, HTTP
+    text = report.read_text()
+    assert text.startswith("# Benchmarks")
+    for section in results["sections"]:
+        assert f"## {section['title']}" in text
+    assert "python -m bench --bootstrap" in text
