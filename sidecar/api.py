@@ -85,6 +85,7 @@ class ApiError(Exception):
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text}
     for code, text in (
+        (400, "A body that cannot be decoded (not UTF-8)"),
         (401, "Missing or wrong bearer token"),
         (409, "Conflicts with the member's state"),
         (413, "Body too large"),
@@ -101,7 +102,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         title="rebalance-sidecar",
         version="0.1.0",
         summary="Kafka consumer-group rebalances for any application, across a process boundary.",
-        responses={413: _ERRORS[413], 422: _ERRORS[422]},
+        responses={400: _ERRORS[400], 413: _ERRORS[413], 422: _ERRORS[422]},
     )
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     _install_error_handlers(app)

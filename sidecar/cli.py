@@ -100,6 +100,7 @@ def _run(config: Path | None) -> int:
     settings = load_settings(os.environ, config)
     settings.require_group()
     _check_resolvable(settings)
+    _check_declared_webhooks(settings)
     logs.configure(settings.log_level, settings.log_format)
     return run_sidecar(settings)
 
@@ -129,6 +130,18 @@ def _check_resolvable(settings: Settings) -> None:
     raise InvalidSettings(
         "invalid setting SIDECAR_BOOTSTRAP_SERVERS: no host resolves (" + "; ".join(problems) + ")"
     )
+
+
+def _check_declared_webhooks(settings: Settings) -> None:
+    from sidecar.subscriptions import InvalidSubscription, check_events, check_secret, check_url
+
+    for index, spec in enumerate(settings.webhooks):
+        try:
+            check_url(spec.url, settings.webhook_allowed_hosts)
+            check_secret(spec.secret.get_secret_value())
+            check_events(spec.events)
+        except InvalidSubscription as exc:
+            raise InvalidSettings(f"invalid setting SIDECAR_WEBHOOKS[{index}]: {exc}") from None
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -215,6 +215,22 @@ class Courier:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"courier-{self.sub_id}"
         )
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A courier must never die quietly: its subscriber would stall the barrier."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error(
+            "webhook courier crashed; restarting it",
+            webhook=self.sub_id,
+            error=repr(task.exception()),
+        )
+        asyncio.get_running_loop().call_later(1.0, self._restart)
+
+    def _restart(self) -> None:
+        if self._d._couriers.get(self.sub_id) is self:
+            self.start()
 
     def wake(self) -> None:
         self._wake.set()
@@ -344,7 +360,7 @@ class Courier:
                 body = await _read_capped(response)
                 status = response.status_code
                 retry_after = _retry_after(response.headers.get("retry-after"))
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return None, f"{type(exc).__name__}: {exc}", None, b""
         finally:
             self._d._metrics.delivery_duration.labels(sub.id).observe(time.perf_counter() - started)

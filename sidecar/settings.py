@@ -259,6 +259,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"{topic!r} is not a valid topic name")
         return value
 
+    @field_validator("api_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("is blank; leave it unset for no token, or set a real one")
+        return value
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _check_bootstrap(cls, value: str | None) -> str | None:
@@ -332,7 +339,7 @@ class Settings(BaseSettings):
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

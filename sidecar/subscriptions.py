@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from typing import Literal
 from urllib.parse import urlsplit
 
+import httpx
+
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
@@ -37,6 +39,12 @@ def new_secret() -> str:
 def check_url(url: str, allowed_hosts: Iterable[str]) -> str:
     if len(url) > 2048:
         raise InvalidSubscription("url: longer than 2048 characters")
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidSubscription("url: must not contain spaces or control characters")
+    try:
+        httpx.URL(url)  # what will send to it must accept it, too
+    except httpx.InvalidURL as exc:
+        raise InvalidSubscription(f"url: not a valid URL ({exc})") from None
     try:
         parts = urlsplit(url)
         port = parts.port

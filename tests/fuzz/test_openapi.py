@@ -1,0 +1,180 @@
+"""Fuzz the HTTP API from its own OpenAPI document (schemathesis) against a real sidecar.
+
+The sidecar is a real subprocess in a real group (the session's broker). Every operation
+gets schema-valid and schema-violating requests (bounded: ``EXAMPLES`` per operation),
+with a valid token so the requests reach the handlers. Checked on every answer: no 5xx,
+the status code is documented, the content type is documented, the body matches the
+documented schema, and the process is still alive and live afterwards.
+
+Long-polls are clamped (``wait`` <= 1 s) so a generated ``wait=300`` costs no minutes;
+``GET /events`` is asked for JSON history (the SSE stream never ends by design).
+``POST /drain`` leaves the group, so it is fuzzed last, on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation.modes import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from sidecar.subscriptions import new_secret
+from tests.support.kafka import create_topic, unique
+from tests.support.receiver import Receiver
+from tests.support.sidecars import Sidecar
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+TOKEN = "fuzz-token"
+EXAMPLES = 40
+CLAMPED = {"wait": 1.0, "deadline": 5.0}
+
+
+def documented_status(ctx: Any, response: Any, case: Any) -> bool | None:
+    """``status_code_conformance``: every status the sidecar answers is documented."""
+    result: bool | None = status_code_conformance(ctx, response, case)
+    return result
+
+
+def no_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
+    """No 500, and no 5xx the operation does not document.
+
+    The contract has two deliberate 5xx: ``504`` from ``POST /enforce-rebalance?wait=``
+    when no new generation became stable in time, ``503`` from ``POST /commit`` when
+    Kafka refused the commit. Those are answers, not server errors.
+    """
+    documented = {str(code) for code in case.operation.responses.status_codes}
+    if response.status_code == 500 or (
+        response.status_code >= 500 and str(response.status_code) not in documented
+    ):
+        result: bool | None = not_a_server_error(ctx, response, case)
+        return result
+    return None
+
+
+CHECKS = [
+    no_server_error,
+    documented_status,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+
+
+@pytest.fixture(scope="module")
+def fuzzed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """A sidecar in a real group, with a declared webhook (id ``app``) to a live receiver."""
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    topic = create_topic(kafka_bootstrap, 2)
+    sidecar = Sidecar(
+        kafka_bootstrap,
+        unique("fuzz"),
+        topic,
+        tmp_path_factory.mktemp("fuzz"),
+        token=TOKEN,
+        name="fuzzed",
+        webhooks=[{"url": receiver.url, "secret": secret, "mode": "async", "id": "app"}],
+        extra_env={"SIDECAR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"},
+    ).start()
+    sidecar.wait_stable()
+    yield sidecar
+    sidecar.stop()
+    receiver.stop()
+    print(f"---- fuzzed sidecar log ----\n{sidecar.logs()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzzed: Sidecar) -> Any:
+    return schemathesis.openapi.from_url(f"http://127.0.0.1:{fuzzed.port}/openapi.json")
+
+
+def operations(api_schema: Any, drain: bool) -> list[Any]:
+    found = [result.ok() for result in api_schema.get_all_operations()]
+    return [op for op in found if (op.path == "/drain") == drain]
+
+
+def fuzz(operation: Any, mode: GenerationMode, fuzzed: Sidecar) -> None:
+    """Hypothesis over one operation: ``EXAMPLES`` cases, each sent and checked."""
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],  # no shrinking: bounded time
+    )
+    def run(case: Any) -> None:
+        call(case, fuzzed)
+
+    try:
+        run()
+    except Unsatisfiable:
+        # Nothing in the operation can be made invalid (e.g. GET /metrics has no input).
+        if mode is not GenerationMode.NEGATIVE:
+            raise
+
+
+def call(case: Any, fuzzed: Sidecar) -> None:
+    for name, bound in CLAMPED.items():
+        value = (case.query or {}).get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
+            case.query[name] = bound
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    if case.path == "/events":
+        headers["Accept"] = "application/json"
+    case.call_and_validate(headers=headers, checks=CHECKS, timeout=30)
+    alive(fuzzed)
+
+
+def alive(sidecar: Sidecar) -> None:
+    assert sidecar.running, f"the sidecar exited:\n{sidecar.logs()}"
+    assert sidecar.client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("mode", list(GenerationMode), ids=str)
+def test_every_operation(mode: GenerationMode, api_schema: Any, fuzzed: Sidecar) -> None:
+    tested = operations(api_schema, drain=False)
+    assert len(tested) >= 10  # the whole API, not an empty schema
+    for operation in tested:
+        fuzz(operation, mode, fuzzed)
+
+
+def test_drain_last(api_schema: Any, fuzzed: Sidecar) -> None:
+    """Leaving the group is final for this sidecar, so it goes after everything else."""
+    for mode in GenerationMode:
+        for operation in operations(api_schema, drain=True):
+            fuzz(operation, mode, fuzzed)
+
+
+def test_the_sidecar_survived_and_logged_no_exception(fuzzed: Sidecar) -> None:
+    alive(fuzzed)
+    log = Path(fuzzed.log_path).read_text()
+    assert "Traceback" not in log
+    assert '"exception"' not in log
+
+
+def test_an_undecodable_body_gets_a_documented_status(fuzzed: Sidecar) -> None:
+    documented = httpx.get(f"http://127.0.0.1:{fuzzed.port}/openapi.json").json()
+    statuses = set(documented["paths"]["/commit"]["post"]["responses"])
+    response = fuzzed.client.post(
+        "/commit",
+        content=b"\xff\xfe{",
+        headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
+    assert 400 <= response.status_code < 500
+    assert str(response.status_code) in statuses, (response.status_code, sorted(statuses))
