@@ -8,8 +8,8 @@ sent (on an idle, paused consumer that thread otherwise sleeps up to 1 s, so the
 notices a rebalance later). The callbacks do what the sidecar's do minus the sidecar's
 work: assign and pause (the sidecar holds membership without fetching), nothing else.
 A rebalance is triggered the way ``GroupMember._rejoin`` does it: eager,
-``unsubscribe()`` + ``subscribe()``; cooperative, a subscription change adding a
-never-matching regex.
+``unsubscribe()`` + ``subscribe()``; cooperative, a subscription change adding a fresh
+missing topic name (as sidecar/member.py does).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class BareMember:
             consumer.unsubscribe()
             self._subscribe(consumer)
         else:
-            self._subscribe(consumer, (f"^__bench_rejoin_{uuid.uuid4().hex}$",))
+            self._subscribe(consumer, (f"__bench_rejoin_{uuid.uuid4().hex}",))
 
     def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         if self.cooperative:
