@@ -137,3 +137,46 @@ def _journal(sidecar: Sidecar) -> list[Any]:
         return journal.events_after(0, 10_000)
     finally:
         journal.close()
+
+
+def test_streaming_updates_the_tables_while_sidecars_run(
+    spark: SparkSession,
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    from sidecar.analytics.streaming import StreamOptions, start_stream
+
+    topic = topic_factory(PARTITIONS)
+    fleet = topic_factory(1)
+    env = {"SIDECAR_EVENTS_TOPIC": fleet}
+    sidecars = [sidecar_factory(group_id, topic, extra_env=env) for _ in range(2)]
+    wait_until(lambda: covers(sidecars, topic, PARTITIONS), 60, "two cover everything")
+    output = tmp_path / "live"
+
+    def generations() -> set[int]:
+        query.processAllAvailable()
+        if not (output / "rebalances").exists():
+            return set()
+        frame = spark.read.parquet(str(output / "rebalances")).where(f"group_id = '{group_id}'")
+        return {r["generation_id"] for r in frame.collect()}
+
+    query, _ = start_stream(
+        spark,
+        StreamOptions(
+            inputs=[f"kafka://{kafka_bootstrap}/{fleet}"], output=output, trigger_seconds=1.0
+        ),
+    )
+    try:
+        wait_until(lambda: bool(generations()), 60, "the first tables")
+        before = max(generations())
+        response = sidecars[0].client.post("/enforce-rebalance", params={"wait": 30})
+        assert response.status_code == 200  # while the stream runs
+        after = response.json()["generation_id"]
+        assert after > before
+        wait_until(lambda: after in generations(), 60, "the new generation in the tables")
+    finally:
+        query.stop()
+    assert query.exception() is None
