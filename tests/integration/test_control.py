@@ -193,6 +193,12 @@ def test_metrics_show_a_slow_blocking_subscriber_in_the_revoke_callback(
     with app_with_sidecar(sidecar_factory, group_id, topic, slow_revoke(1.5)) as (_, sidecar):
         before = metrics(sidecar)
         assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+        webhook = sidecar.client.get("/webhooks").json()[0]["id"]
+        delivered = (
+            f"rebalance_sidecar_webhook_deliveries_total{{outcome=delivered,webhook={webhook}}}"
+        )
+        # assigned, revoked, assigned: the last one is delivered just after the rebalance
+        wait_until(lambda: metrics(sidecar).get(delivered, 0) >= 3, 30, "three deliveries")
         after = metrics(sidecar)
 
     name = "rebalance_sidecar_partitions_revoked_callback_seconds"
@@ -206,11 +212,7 @@ def test_metrics_show_a_slow_blocking_subscriber_in_the_revoke_callback(
     assert after["rebalance_sidecar_generation_id"] > before["rebalance_sidecar_generation_id"]
     assert after["rebalance_sidecar_rebalance_duration_seconds_count"] >= 1
     assert after["rebalance_sidecar_last_rebalance_timestamp_seconds"] > 0
-    webhook = sidecar.client.get("/webhooks").json()[0]["id"]
-    assert (
-        after[f"rebalance_sidecar_webhook_deliveries_total{{outcome=delivered,webhook={webhook}}}"]
-        >= 3
-    )
+    assert after[delivered] >= 3
     assert (
         f"rebalance_sidecar_webhook_delivery_duration_seconds_count{{webhook={webhook}}}" in after
     )

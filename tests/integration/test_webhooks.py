@@ -300,7 +300,8 @@ def test_undelivered_events_survive_kill_9_with_their_ids(
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"url": "not a url"}, 422, "scheme"),
+        ({"url": "not-a-url"}, 422, "scheme"),
+        ({"url": "http://127.0.0.1/with space"}, 422, "spaces or control characters"),
         ({"url": "ftp://127.0.0.1/x"}, 422, "scheme must be http or https"),
         ({"url": "http://user:pw@127.0.0.1/x"}, 422, "credentials"),
         ({"url": "http://127.0.0.1/x", "events": ["kafka.nope"]}, 422, "unknown event type"),
