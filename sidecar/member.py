@@ -361,8 +361,9 @@ class GroupMember:
             self._assigned_at = time.monotonic()
             self._rebalancing_seen_in_stats = False
             self._link.healthy()
-            event = self._append(EventType.ASSIGNED, offsets, reason=self._reason())
-            self._count_rebalance()
+            reason = self._reason()
+            self._count_rebalance()  # before the snapshot shows it: readers see both at once
+            event = self._append(EventType.ASSIGNED, offsets, reason=reason)
             self._log.info(
                 "partitions assigned",
                 partitions=len(offsets),
