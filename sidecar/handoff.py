@@ -168,16 +168,7 @@ class Handoff:
 
     async def wait_for_change(self, after_sequence: int, timeout: float) -> Assignment:
         """Return once the snapshot's sequence passes ``after_sequence`` or on timeout."""
-        deadline = time.monotonic() + timeout
-        while self._snapshot.sequence <= after_sequence:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                break
+        await self.wait_until(lambda a: a.sequence > after_sequence, timeout)
         return self._snapshot
 
     async def wait_until(
