@@ -27,6 +27,15 @@ class CommitFailed(RuntimeError):
     pass
 
 
+class StaleGeneration(RuntimeError):
+    """``/commit`` named a generation the member has moved on from (Kafka's own fencing)."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        self.requested = requested
+        self.current = current
+        super().__init__(f"generation {requested} is stale: the member is at {current}")
+
+
 @dataclass(frozen=True)
 class EnforceResult:
     generation_id: int
@@ -41,6 +50,7 @@ class EnforceRebalance(Command[EnforceResult]):
 @dataclass(frozen=True)
 class Commit(Command[tuple[PartitionOffset, ...]]):
     offsets: tuple[PartitionOffset, ...]
+    generation_id: int | None = None  # fencing: refuse when the member moved on
 
 
 @dataclass(frozen=True)

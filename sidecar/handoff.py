@@ -39,6 +39,10 @@ class MemberGone(RuntimeError):
     """The consumer thread has stopped; the command was not (and will not be) run."""
 
 
+class MemberBusy(RuntimeError):
+    """The consumer thread did not take the command in time; it was withdrawn, never run."""
+
+
 @dataclass(frozen=True, slots=True)
 class BarrierOutcome:
     """How a revoke barrier ended, as the consumer thread needs to know it."""

@@ -145,6 +145,27 @@ class Settings(BaseSettings):
         default=None,
         description="Bearer token required by mutating endpoints (POST, DELETE).",
     )
+    admin_host: str = Field(
+        default="0.0.0.0",  # noqa: S104 - the kubelet and Prometheus reach the pod IP
+        description="Admin listener address: probes, metrics and the kubelet's drain hook "
+        "(read-only but for the drain, which needs `SIDECAR_DRAIN_TOKEN` or loopback).",
+    )
+    admin_port: int = Field(
+        default=8081,
+        ge=-1,
+        le=65535,
+        description="Admin listener port (0: any free port; -1: no admin listener).",
+    )
+    drain_token: SecretStr | None = Field(
+        default=None,
+        description="Credential of the admin listener's drain path (header `X-Drain-Token`); "
+        "without it only loopback callers may drain through the admin listener.",
+    )
+    ready_without_group: bool = Field(
+        default=False,
+        description="Report ready before the member first joined the group (readiness "
+        "otherwise waits for the first assignment, then never depends on Kafka again).",
+    )
     data_dir: Path = Field(
         default=Path(".rebalance-sidecar"),
         description="Directory of the journal (SQLite, WAL mode).",
