@@ -16,7 +16,7 @@ from bench.baseline_app import BaselineProcess
 from bench.common import Context, SectionResult, Table, Target, compare, ms, ratio
 from bench.loads import Load, run_load
 from bench.processes import shipped_sidecar, start_timed, stop
-from tests.support.kafka import create_topic, unique
+from sidecar.testkit.kafka import create_topic, unique
 
 PARTITIONS = 24
 CONNECTIONS = 32

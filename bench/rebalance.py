@@ -53,8 +53,8 @@ from bench.bare import BareProcess
 from bench.common import Context, SectionResult, Table, Target, compare, median, ms, ratio
 from bench.receiver import ReceiverProcess, Record
 from sidecar.subscriptions import new_secret
-from tests.support.kafka import create_topic, unique
-from tests.support.sidecars import FAST_GROUP, Sidecar
+from sidecar.testkit.kafka import create_topic, unique
+from sidecar.testkit.sidecars import FAST_GROUP, Sidecar
 
 PARTITIONS = 24
 MEMBERS = 3

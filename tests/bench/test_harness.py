@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sidecars import REPO
+from sidecar.testkit.sidecars import REPO
 
 pytestmark = pytest.mark.kafka
 
