@@ -118,7 +118,8 @@ class BareMember:
             consumer.close()
 
     def _subscribe(self, consumer: Consumer, extra: tuple[str, ...] = ()) -> None:
-        consumer.subscribe([self.topic, *extra], on_assign=self._on_assign)
+        topics = self.topic.split(",")  # one topic, or several comma-separated
+        consumer.subscribe([*topics, *extra], on_assign=self._on_assign)
 
     def _rejoin(self, consumer: Consumer) -> None:
         if not self.cooperative:

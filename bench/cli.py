@@ -32,10 +32,27 @@ SECTIONS: dict[str, str] = {
     "footprint": "bench.footprint",
     "http": "bench.http_api",
     "journal": "bench.journal_append",
+    "scale": "bench.scale",
 }
-NEEDS_KAFKA = {"rebalance", "footprint", "http"}
+NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
+
+
+def _install_wrk() -> None:
+    """Every run uses the same load tool: install Debian's wrk when it is missing."""
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        return
+    print("bench: installing wrk (apt-get) ...", file=sys.stderr, flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "wrk"]):
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        if done.returncode != 0:
+            print(f"bench: {' '.join(command)} failed: {done.stderr[-300:]}", file=sys.stderr)
+            return
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if output is None and not args.only and not args.quick:
         output = DEFAULT_OUTPUT
     load_tool = args.load_tool
+    if load_tool in ("auto", "wrk") and "http" in chosen and not shutil.which("wrk"):
+        _install_wrk()
     if load_tool == "auto":
         load_tool = "wrk" if shutil.which("wrk") else "python"
     elif load_tool == "wrk" and not shutil.which("wrk"):

@@ -25,6 +25,9 @@ class Sizes:
     repetitions: int  # enforced rebalances per protocol and kind
     starts: int  # timed sidecar starts (and bare joins)
     window: float  # seconds of each timed window (idle, load, HTTP, journal)
+    group_sizes: tuple[int, ...] = (3, 10, 30)  # members per group in the scale curves
+    assignment_sizes: tuple[int, ...] = (24, 200, 1000)  # partitions owned by one member
+    journal_events: int = 1_000_000  # events through the journal, retention working
 
     @classmethod
     def full(cls) -> Sizes:
@@ -32,7 +35,15 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(latency_events=300, repetitions=2, starts=1, window=3.0)
+        return cls(
+            latency_events=300,
+            repetitions=2,
+            starts=1,
+            window=3.0,
+            group_sizes=(3,),
+            assignment_sizes=(24, 100),
+            journal_events=20_000,
+        )
 
 
 @dataclass

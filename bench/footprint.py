@@ -27,7 +27,7 @@ from bench.loads import Load, run_load
 from bench.processes import Usage, mb, observe, shipped_sidecar, start_timed, stop
 from bench.receiver import ReceiverProcess
 from sidecar.subscriptions import new_secret
-from tests.support.kafka import create_topic, unique
+from sidecar.testkit.kafka import create_topic, unique
 
 PARTITIONS = 24
 LOAD_CONNECTIONS = 10

@@ -12,7 +12,7 @@ import httpx
 import psutil
 
 from bench.common import REPO
-from tests.support.sidecars import COMMAND, Sidecar
+from sidecar.testkit.sidecars import COMMAND, Sidecar
 
 # librdkafka's and the sidecar's defaults, spelled out: the test wrapper's fast group
 # settings would make an idle sidecar heartbeat six times as often as a shipped one.

@@ -53,8 +53,8 @@ from bench.bare import BareProcess
 from bench.common import Context, SectionResult, Table, Target, compare, median, ms, ratio
 from bench.receiver import ReceiverProcess, Record
 from sidecar.subscriptions import new_secret
-from tests.support.kafka import create_topic, unique
-from tests.support.sidecars import FAST_GROUP, Sidecar
+from sidecar.testkit.kafka import create_topic, unique
+from sidecar.testkit.sidecars import FAST_GROUP, Sidecar
 
 PARTITIONS = 24
 MEMBERS = 3
@@ -112,7 +112,9 @@ def bare_config(bootstrap: str, group: str, strategy: str) -> dict[str, str]:
     return config
 
 
-def settled(latest: dict[str, list[Entry]], members: int, above: int) -> tuple[int, float] | None:
+def settled(
+    latest: dict[str, list[Entry]], members: int, above: int, partitions: int = PARTITIONS
+) -> tuple[int, float] | None:
     """(generation, end) once every member's last assignment is one generation > ``above``
     that together covers every partition."""
     if len(latest) < members or any(not entries for entries in latest.values()):
@@ -122,12 +124,16 @@ def settled(latest: dict[str, list[Entry]], members: int, above: int) -> tuple[i
     if len(generations) != 1:
         return None
     (generation,) = generations
-    if generation <= above or sum(e.assignment for e in last) != PARTITIONS:
+    if generation <= above or sum(e.assignment for e in last) != partitions:
         return None
     return generation, max(e.at for e in last)
 
 
-def _quiet(read: Callable[[], dict[str, list[Entry]]]) -> int:
+def _quiet(
+    read: Callable[[], dict[str, list[Entry]]],
+    members: int = MEMBERS,
+    partitions: int = PARTITIONS,
+) -> int:
     """Wait until the group is settled in its newest generation and nothing was assigned
     for a while (no rebalance still trailing the last round); return that generation."""
 
@@ -136,7 +142,7 @@ def _quiet(read: Callable[[], dict[str, list[Entry]]]) -> int:
         return max(e.generation for e in every), max(e.at for e in every)
 
     def check() -> bool:
-        current = settled(read(), MEMBERS, -2)
+        current = settled(read(), members, -2, partitions)
         if current is None:
             return False
         generation, at = newest()
@@ -172,13 +178,21 @@ def callback_seconds(sidecar: Sidecar) -> float:
 
 class SidecarGroup:
     def __init__(
-        self, ctx: Context, receiver: ReceiverProcess, protocol: str, strategy: str, root: Path
+        self,
+        ctx: Context,
+        receiver: ReceiverProcess,
+        protocol: str,
+        strategy: str,
+        root: Path,
+        members: int = MEMBERS,
+        partitions: int = PARTITIONS,
     ) -> None:
         self.receiver = receiver
-        self.topic = create_topic(ctx.bootstrap, PARTITIONS)
+        self.size, self.partitions = members, partitions
+        self.topic = create_topic(ctx.bootstrap, partitions)
         group = unique(f"bench-{protocol}-sidecars")
         batch = uuid.uuid4().hex[:6]
-        self.paths = [f"{protocol}-{batch}-{i}" for i in range(MEMBERS)]
+        self.paths = [f"{protocol}-{batch}-{i}" for i in range(members)]
         self.sidecars = [
             Sidecar(
                 ctx.bootstrap,
@@ -198,7 +212,7 @@ class SidecarGroup:
         self.entries: dict[str, list[Entry]] = {f"/hook/{p}": [] for p in self.paths}
 
     def start(self) -> None:
-        with ThreadPoolExecutor(MEMBERS) as pool:
+        with ThreadPoolExecutor(min(self.size, 8)) as pool:
             list(pool.map(Sidecar.start, self.sidecars))
 
     def generation(self) -> int:
@@ -211,14 +225,14 @@ class SidecarGroup:
 
     def stable(self) -> tuple[int, float] | None:
         self._collect(self.receiver.take())
-        return settled(self.entries, MEMBERS, -2)
+        return settled(self.entries, self.size, -2, self.partitions)
 
     def _read(self) -> dict[str, list[Entry]]:
         self._collect(self.receiver.take())
         return self.entries
 
     def round(self, timeout: float = HONOUR_TIMEOUT) -> Round:
-        above = max(_quiet(self._read), self.generation())
+        above = max(_quiet(self._read, self.size, self.partitions), self.generation())
         sequence = int(self.sidecars[1].assignment()["sequence"])
         held = [callback_seconds(s) for s in self.sidecars]
         self._collect(self.receiver.take())
@@ -232,7 +246,7 @@ class SidecarGroup:
 
         def done() -> bool:
             self._collect(self.receiver.take())
-            end = settled(self.entries, MEMBERS, above)
+            end = settled(self.entries, self.size, above, self.partitions)
             if end:
                 found.append(end)
             return end is not None
@@ -270,11 +284,19 @@ class SidecarGroup:
 
 
 class BareGroup:
-    def __init__(self, ctx: Context, protocol: str, strategy: str) -> None:
-        self.topic = create_topic(ctx.bootstrap, PARTITIONS)
+    def __init__(
+        self,
+        ctx: Context,
+        protocol: str,
+        strategy: str,
+        members: int = MEMBERS,
+        partitions: int = PARTITIONS,
+    ) -> None:
+        self.size, self.partitions = members, partitions
+        self.topic = create_topic(ctx.bootstrap, partitions)
         config = bare_config(ctx.bootstrap, unique(f"bench-{protocol}-bare"), strategy)
         self.members = [
-            BareProcess(config, self.topic, protocol == "cooperative") for _ in range(MEMBERS)
+            BareProcess(config, self.topic, protocol == "cooperative") for _ in range(members)
         ]
 
     def start(self) -> None:
@@ -288,16 +310,16 @@ class BareGroup:
         }
 
     def stable(self) -> tuple[int, float] | None:
-        return settled(self._entries(), MEMBERS, -2)
+        return settled(self._entries(), self.size, -2, self.partitions)
 
     def round(self, timeout: float = HONOUR_TIMEOUT) -> Round:
-        above = _quiet(self._entries)
+        above = _quiet(self._entries, self.size, self.partitions)
         triggered = len(self.members[1].triggered)
         self.members[1].rejoin()
         found: list[tuple[int, float]] = []
 
         def done() -> bool:
-            end = settled(self._entries(), MEMBERS, above)
+            end = settled(self._entries(), self.size, above, self.partitions)
             if end:
                 found.append(end)
             return end is not None
@@ -342,6 +364,11 @@ class Lane:
 
     def prepare(self) -> None:
         self._ensure()
+
+    @property
+    def group(self) -> Group | None:
+        """The group the next round runs on (``None`` once stopped)."""
+        return self._group
 
     def _ensure(self) -> Group:
         if self._group is not None and self._fresh and self._used:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ class Record:
     type: str
     generation: int
     assignment: int  # partitions in data.assignment
+    event_time: float = 0.0  # the event's own ``time`` (stamped in the sidecar's callback)
 
 
 class _Server:
@@ -78,8 +80,9 @@ class _Server:
             data = event.get("data") or {}
             generation = int(data.get("generation_id", -1))
             assignment = len(data.get("assignment") or ())
+            event_time = datetime.fromisoformat(str(event.get("time"))).timestamp()
         except (ValueError, TypeError, AttributeError):
-            generation, assignment = -1, 0
+            generation, assignment, event_time = -1, 0, 0.0
         if self._webhook is not None:
             try:
                 self._webhook.verify(body, headers)
@@ -94,6 +97,7 @@ class _Server:
                 "type": str(event.get("type", "")),
                 "generation": generation,
                 "assignment": assignment,
+                "event_time": event_time,
             }
         )
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sidecars import REPO
+from sidecar.testkit.sidecars import REPO
 
 pytestmark = pytest.mark.kafka
 
-SECTIONS = ["latency", "rebalance", "footprint", "http", "journal"]
+SECTIONS = ["latency", "rebalance", "footprint", "http", "journal", "scale"]
 
 
 def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -58,7 +58,8 @@ def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path
     for section in results["sections"]:
         assert section["tables"] and all(t["rows"] for t in section["tables"]), section["key"]
     targets = [t["what"] for s in results["sections"] for t in s["targets"]]
-    assert len(targets) == 6, targets  # latency, 2 x rebalance, RSS, CPU, HTTP
+    # latency, 2 x rebalance, RSS, CPU, HTTP; scale: 2 x rebalance at the largest group, RSS
+    assert len(targets) == 9, targets
     text = report.read_text()
     assert text.startswith("# Benchmarks")
     for section in results["sections"]:

@@ -1,0 +1,38 @@
+"""Small helpers around a real broker: topics, committed offsets, bare consumers."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, partitions: int, name: str | None = None) -> str:
+    name = name or unique("topic")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=30)
+    for future in futures.values():
+        future.result(timeout=30)
+    # Wait until metadata shows every partition with a leader.
+    for _ in range(100):
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        if topic and topic.error is None and len(topic.partitions) == partitions:
+            break
+    return name
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets, read by an independent client that never joins."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed(
+            [TopicPartition(topic, p) for p in range(partitions)], timeout=15
+        )
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found if tp.offset >= 0}

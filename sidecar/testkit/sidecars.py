@@ -1,0 +1,213 @@
+"""Sidecars as real subprocesses (`rebalance-sidecar run`, the image's command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = [sys.executable, "-m", "sidecar", "run"]  # == the image's ENTRYPOINT + CMD
+
+# Short protocol bounds keep the suite fast; the broker allows them (server.properties).
+FAST_GROUP = {
+    "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000",
+    "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+    "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
+    "SIDECAR_KAFKA_TOPIC_METADATA_REFRESH_INTERVAL_MS": "2000",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Sidecar:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: str,
+        data_dir: Path,
+        *,
+        protocol: str = "classic",
+        strategy: str | None = "range",
+        instance_id: str | None = None,
+        revoke_timeout_ms: int = 10_000,
+        token: str | None = None,
+        webhooks: list[dict[str, Any]] | None = None,
+        extra_env: dict[str, str] | None = None,
+        name: str = "sidecar",
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.token = token
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = data_dir / f"{name}.log"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("SIDECAR_") and k != "KAFKA_BOOTSTRAP_SERVERS"
+        }
+        env.update(
+            FAST_GROUP
+            if protocol == "classic"
+            else {
+                "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
+                "SIDECAR_KAFKA_TOPIC_METADATA_REFRESH_INTERVAL_MS": "2000",
+            }
+        )
+        env.update(
+            {
+                "SIDECAR_BOOTSTRAP_SERVERS": bootstrap,
+                "SIDECAR_GROUP_ID": group,
+                "SIDECAR_TOPICS": topics,
+                "SIDECAR_GROUP_PROTOCOL": protocol,
+                "SIDECAR_API_PORT": str(self.port),
+                "SIDECAR_DATA_DIR": str(data_dir),
+                "SIDECAR_REVOKE_TIMEOUT_MS": str(revoke_timeout_ms),
+                "SIDECAR_STATISTICS_INTERVAL_MS": "1000",
+                "SIDECAR_SHUTDOWN_TIMEOUT_MS": "40000",
+                "SIDECAR_LOG_FORMAT": "json",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if strategy and protocol == "classic":
+            env["SIDECAR_ASSIGNMENT_STRATEGY"] = strategy
+        if instance_id:
+            env["SIDECAR_GROUP_INSTANCE_ID"] = instance_id
+        if token:
+            env["SIDECAR_API_TOKEN"] = token
+        if webhooks:
+            env["SIDECAR_WEBHOOKS"] = json.dumps(webhooks)
+        env.update(extra_env or {})
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+
+    # -- process -----------------------------------------------------------------------------
+
+    def start(self) -> Sidecar:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            COMMAND,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        log.close()
+        self._wait(lambda: self._up(), 30, "HTTP up")
+        return self
+
+    def _up(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited {self.process.returncode}:\n{self.logs()}")
+        try:
+            return self.client.get("/healthz", timeout=2).status_code in (200, 503)
+        except httpx.TransportError:
+            return False
+
+    def terminate(self, timeout: float = 60) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.terminate(timeout=45)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.client.close()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    # -- API -----------------------------------------------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def assignment(self) -> dict[str, Any]:
+        response = self.client.get("/assignment")
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    def partitions(self) -> set[tuple[str, int]]:
+        return {(p["topic"], p["partition"]) for p in self.assignment()["partitions"]}
+
+    def history(self, after: int = 0) -> list[dict[str, Any]]:
+        response = self.client.get(
+            "/events",
+            params={"after": after, "limit": 10000},
+            headers={"Accept": "application/json"},
+        )
+        response.raise_for_status()
+        events: list[dict[str, Any]] = response.json()
+        return events
+
+    def wait_stable(self, timeout: float = 60) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+
+        def stable() -> bool:
+            found.update(self.assignment())
+            return bool(found["state"] == "stable")
+
+        self._wait(stable, timeout, "stable")
+        return found
+
+    def _wait(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: not {what} within {timeout} s\n{self.logs()}")
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not {what} within {timeout} s")
+
+
+def covers(sidecars: list[Sidecar], topic: str, partitions: int) -> bool:
+    """All partitions owned, by exactly one stable member each, in one generation."""
+    try:
+        states = [s.assignment() for s in sidecars]
+    except httpx.HTTPError:
+        return False
+    if any(a["state"] != "stable" for a in states):
+        return False
+    if len({a["generation_id"] for a in states}) != 1:
+        return False
+    owned = [(p["topic"], p["partition"]) for a in states for p in a["partitions"]]
+    return sorted(owned) == [(topic, p) for p in range(partitions)]
