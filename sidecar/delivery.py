@@ -78,9 +78,10 @@ class RevokeBarrier:
     gave_up: list[str] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def settle(self, sub_id: str, ok: bool, offsets: tuple[PartitionOffset, ...] = ()) -> None:
+    def settle(self, sub_id: str, ok: bool, offsets: tuple[PartitionOffset, ...] = ()) -> bool:
+        """Take one subscriber's answer; ``False`` when this barrier was not waiting for it."""
         if sub_id not in self.waiting:
-            return
+            return False
         self.waiting.discard(sub_id)
         (self.acknowledged if ok else self.gave_up).append(sub_id)
         for po in offsets:
@@ -89,6 +90,7 @@ class RevokeBarrier:
             self.offsets[key] = max(self.offsets.get(key, -1), po.offset or 0)
         if not self.waiting:
             self.done(self.outcome(timed_out=False))
+        return True
 
     def outcome(self, *, timed_out: bool) -> BarrierOutcome:
         return BarrierOutcome(
@@ -193,13 +195,16 @@ class Dispatcher:
 
     def _settle(
         self, sub_id: str, event: Event, ok: bool, offsets: tuple[PartitionOffset, ...] = ()
-    ) -> None:
+    ) -> bool:
+        """Hand an answer to the event's open barrier; ``False`` when none was waiting for it
+        (it expired, or the sidecar restarted since the event): its offsets go nowhere."""
         barrier = self._barriers.get(event.sequence)
         if barrier is None:
-            return
-        barrier.settle(sub_id, ok, offsets)
+            return False
+        taken = barrier.settle(sub_id, ok, offsets)
         if not barrier.waiting:
             self._barriers.pop(event.sequence, None)
+        return taken
 
 
 class Courier:
@@ -269,7 +274,7 @@ class Courier:
             status, error, retry_after, body = await self._post(sub, event)
             now = time.time()
             if status is not None and 200 <= status < 300:
-                offsets = self._offsets(sub, event, body, attempt, now)
+                offsets = self._offsets(sub, event, body, attempt)
                 d._journal.advance(
                     sub.id,
                     event.sequence,
@@ -278,7 +283,16 @@ class Courier:
                     ),
                 )
                 d._metrics.deliveries.labels(sub.id, "delivered").inc()
-                d._settle(sub.id, event, True, offsets)
+                if not d._settle(sub.id, event, True, offsets) and offsets:
+                    self._reject_offsets(
+                        sub,
+                        event,
+                        attempt,
+                        status,
+                        "arrived after the revoke barrier expired (or the sidecar restarted): "
+                        "the rebalance went on and the partitions may belong to another member "
+                        "now; not committed",
+                    )
                 return True
             if status == 410:
                 reason = f"410 Gone from {sub.url}"
@@ -368,34 +382,39 @@ class Courier:
         return status, error, retry_after, body
 
     def _offsets(
-        self, sub: Subscription, event: Event, body: bytes, attempt: int, now: float
+        self, sub: Subscription, event: Event, body: bytes, attempt: int
     ) -> tuple[PartitionOffset, ...]:
         if event.type is not EventType.REVOKED or not sub.blocking or not body.strip():
             return ()
         try:
             offsets = parse_offsets(body, set(event.partitions))
         except ValueError as exc:
-            self._d._metrics.deliveries.labels(sub.id, "offsets_rejected").inc()
-            self._d._journal.record(
-                Delivery(
-                    sub.id,
-                    event.sequence,
-                    event.id,
-                    "offsets_rejected",
-                    attempt,
-                    None,
-                    str(exc),
-                    now,
-                )
-            )
-            log.warning(
-                "offsets in revoke acknowledgement rejected",
-                webhook=sub.id,
-                sequence=event.sequence,
-                error=str(exc),
-            )
+            self._reject_offsets(sub, event, attempt, None, str(exc))
             return ()
         return offsets
+
+    def _reject_offsets(
+        self, sub: Subscription, event: Event, attempt: int, status: int | None, reason: str
+    ) -> None:
+        self._d._metrics.deliveries.labels(sub.id, "offsets_rejected").inc()
+        self._d._journal.record(
+            Delivery(
+                sub.id,
+                event.sequence,
+                event.id,
+                "offsets_rejected",
+                attempt,
+                status,
+                reason,
+                time.time(),
+            )
+        )
+        log.warning(
+            "offsets in revoke acknowledgement rejected",
+            webhook=sub.id,
+            sequence=event.sequence,
+            error=reason,
+        )
 
 
 def parse_offsets(body: bytes, owned: set[Any]) -> tuple[PartitionOffset, ...]:

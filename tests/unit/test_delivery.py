@@ -12,6 +12,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
+from structlog.testing import capture_logs
 
 from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, sign
 from sidecar.handoff import BarrierOutcome
@@ -293,3 +294,40 @@ def test_registry_rejects_bad_urls(tmp_path: Path, url: str, problem: str) -> No
         assert rig.registry.list() == []
 
     run(scenario, tmp_path)
+
+
+def test_offsets_answered_after_the_barrier_expired_are_rejected_not_lost(tmp_path: Path) -> None:
+    """Issue 11.5a: a late 2xx with offsets is delivered, but its offsets go nowhere: say so."""
+    secret = new_secret()
+
+    def late_hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.3
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, late_hand_back) as app, capture_logs() as logs:
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            event = rig.append(revoked())
+            rig.dispatcher.open_barrier(event, lambda outcome: None)
+            assert rig.dispatcher.barrier_expired(event).waiting == (sub.id,)
+            await until(lambda: rig.journal.subscription(sub.id).cursor == event.sequence)  # type: ignore[union-attr]
+            log = {d.outcome: d for d in rig.journal.deliveries(sub.id, 10)}
+            assert set(log) == {"barrier_timeout", "delivered", "offsets_rejected"}
+            assert log["offsets_rejected"].status_code == 200
+            assert "barrier expired" in (log["offsets_rejected"].error or "")
+            assert delivered_total(rig, sub.id, "offsets_rejected") == 1
+            assert any(
+                entry["event"] == "offsets in revoke acknowledgement rejected"
+                and "barrier expired" in entry["error"]
+                for entry in logs
+            )
+
+    run(scenario, tmp_path)
+
+
+def delivered_total(rig: Rig, sub_id: str, outcome: str) -> float:
+    value = rig.metrics.registry.get_sample_value(
+        "rebalance_sidecar_webhook_deliveries_total", {"webhook": sub_id, "outcome": outcome}
+    )
+    return value or 0.0
