@@ -20,9 +20,11 @@ import hashlib
 import hmac
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -38,6 +40,8 @@ log = structlog.get_logger("sidecar.delivery")
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 _MAX_RESPONSE_BYTES = 1 << 20
+# Not str.isdigit(): that accepts '²' and '٣', which float() then refuses or misreads.
+_DELTA_SECONDS = re.compile(r"[0-9]+", re.ASCII)
 
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
@@ -57,7 +61,9 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
-            return min(max(retry_after, 0.0), self.maximum)
+            # Floored: `Retry-After: 0` or a date in the past must not turn retries into a
+            # busy loop of POSTs against a subscriber that just said it is overloaded.
+            return min(max(retry_after, self.initial), self.maximum)
         # Full jitter (AWS architecture blog): spreads retries of many sidecars.
         return random.uniform(0, min(self.maximum, self.initial * 2 ** (attempt - 1)))
 
@@ -373,7 +379,7 @@ class Courier:
             ) as response:
                 body = await _read_capped(response)
                 status = response.status_code
-                retry_after = _retry_after(response.headers.get("retry-after"))
+                retry_after = retry_after_seconds(response.headers.get("retry-after"), time.time())
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return None, f"{type(exc).__name__}: {exc}", None, b""
         finally:
@@ -459,13 +465,20 @@ async def _read_capped(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """``Retry-After`` per RFC 9110 10.2.3: delta-seconds (ASCII digits only) or an HTTP-date.
+
+    Anything else is ignored (``None``): a subscriber's odd header must never stop delivery.
+    """
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if _DELTA_SECONDS.fullmatch(value):
         return float(value)
     try:
-        return parsedate_to_datetime(value).timestamp() - time.time()
-    except (TypeError, ValueError):
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() - now

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
-from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, sign
+from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, retry_after_seconds, sign
 from sidecar.handoff import BarrierOutcome
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics
@@ -331,3 +332,87 @@ def delivered_total(rig: Rig, sub_id: str, outcome: str) -> float:
         "rebalance_sidecar_webhook_deliveries_total", {"webhook": sub_id, "outcome": outcome}
     )
     return value or 0.0
+
+
+@pytest.mark.parametrize("retry_after", ["²", "٣", "1.5", "-3", "soon", "Mon, 99 Foo 2026 GMT"])
+def test_a_retry_after_that_does_not_parse_is_ignored(tmp_path: Path, retry_after: str) -> None:
+    """Issue 11.8: an odd header is no reason to stop (before, '²' crashed the courier)."""
+    secret = new_secret()
+    busy = {"left": 1}
+
+    def busy_once(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if busy["left"]:
+            busy["left"] -= 1
+            return 503, None, 0.0
+        return 204, None, 0.0
+
+    async def scenario(rig: Rig) -> None:
+        with (
+            running(secret, busy_once, retry_after=retry_after) as app,
+            capture_logs() as logs,
+        ):
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 1)  # type: ignore[union-attr]
+            log = list(reversed(rig.journal.deliveries(sub.id, 10)))
+            assert [(d.outcome, d.status_code) for d in log] == [
+                ("failed", 503),
+                ("delivered", 204),
+            ]
+            assert not [entry for entry in logs if entry["log_level"] == "error"]
+
+    run(scenario, tmp_path)
+
+
+@pytest.mark.parametrize("retry_after", ["0", "Thu, 01 Jan 1970 00:00:00 GMT"])
+def test_retry_after_now_or_past_still_backs_off(tmp_path: Path, retry_after: str) -> None:
+    """Issue 11.8: `Retry-After: 0` or a past date waits at least the initial backoff."""
+    secret = new_secret()
+    policy = RetryPolicy(initial=0.2, maximum=0.5, max_attempts=4, max_age=60)
+
+    async def scenario(rig: Rig) -> None:
+        rig.dispatcher._policy = policy
+        with running(secret, lambda e: (503, None, 0.0), retry_after=retry_after) as app:
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 1)  # type: ignore[union-attr]
+            failed = [
+                d.at for d in reversed(rig.journal.deliveries(sub.id, 10)) if d.outcome == "failed"
+            ]
+            assert len(failed) == 4
+            # A lower bound, not a speed: each retry waited for the floor first.
+            assert all(b - a >= policy.initial for a, b in pairwise(failed))
+
+    run(scenario, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("0", 0.0),
+        (" 120 ", 120.0),
+        ("Thu, 01 Jan 1970 00:01:40 GMT", 100.0 - 1000.0),
+        ("Thursday, 01-Jan-70 00:01:40 GMT", 100.0 - 1000.0),
+        ("Thu Jan  1 00:01:40 1970", 100.0 - 1000.0),
+        ("²", None),
+        ("٣", None),
+        ("+5", None),
+        ("5 s", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_parsed_per_rfc_9110(value: str | None, seconds: float | None) -> None:
+    assert retry_after_seconds(value, now=1000.0) == seconds
+
+
+def test_retry_after_is_floored_at_the_initial_delay_and_capped() -> None:
+    policy = RetryPolicy(initial=0.5, maximum=30.0, max_attempts=0, max_age=60)
+    assert policy.delay(1, retry_after=0.0) == 0.5
+    assert policy.delay(1, retry_after=-900.0) == 0.5
+    assert policy.delay(1, retry_after=7.0) == 7.0
+    assert policy.delay(1, retry_after=float("inf")) == 30.0
