@@ -262,8 +262,15 @@ class Courier:
             sub = journal.subscription(self.sub_id)
             if sub is None or sub.disabled_reason is not None:
                 return
+            # Read the newest sequence first: every wanted event up to it is then in the
+            # batch, so an empty batch means everything up to it is unwanted here.
+            newest = journal.last_sequence()
             batch = journal.events_after(sub.cursor, 100, sub.events)
             if not batch:
+                if newest > sub.cursor:
+                    # Or a filtered subscription pins its cursor at its last wanted event,
+                    # and pruning and journal_pending_events count the rest forever.
+                    journal.pass_over(sub.id, newest)
                 await self._wake.wait()
                 continue
             for event in batch:

@@ -229,6 +229,13 @@ class Journal:
             )
             self._insert_delivery(delivery)
 
+    def pass_over(self, sub_id: str, sequence: int) -> None:
+        """Move the cursor past events the subscription does not want (nothing to log)."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE subscriptions SET cursor = MAX(cursor, ?) WHERE id = ?", (sequence, sub_id)
+            )
+
     def disable(self, sub_id: str, reason: str) -> None:
         with self._transaction():
             self._db.execute(

@@ -416,3 +416,30 @@ def test_retry_after_is_floored_at_the_initial_delay_and_capped() -> None:
     assert policy.delay(1, retry_after=-900.0) == 0.5
     assert policy.delay(1, retry_after=7.0) == 7.0
     assert policy.delay(1, retry_after=float("inf")) == 30.0
+
+
+def test_a_filtered_subscription_passes_over_what_it_did_not_subscribe_to(
+    tmp_path: Path,
+) -> None:
+    """Issue 11.9: events of other types must not pin the cursor (pruning, pending count)."""
+    secret = new_secret()
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret) as app:
+            sub = rig.registry.create(
+                url=app.url,
+                events=[EventType.ASSIGNED.value],
+                mode="async",
+                secret=secret,
+                timeout_ms=2000,
+            )
+            rig.append(assigned())
+            for _ in range(3):
+                rig.append(revoked())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 4)  # type: ignore[union-attr]
+            assert [r.sequence for r in app.events()] == [1]
+            assert rig.journal.pending_events() == 0
+            assert rig.journal.prune(keep_events=0, max_age_seconds=3600) == 4
+            assert rig.journal.events_after(0, 10) == []
+
+    run(scenario, tmp_path)
