@@ -187,7 +187,8 @@ class Journal:
                 f"INSERT INTO subscriptions ({_SUBSCRIPTION_COLUMNS}) "  # noqa: S608
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
                 "url=excluded.url, events=excluded.events, mode=excluded.mode, "
-                "secret=excluded.secret, timeout_ms=excluded.timeout_ms, origin=excluded.origin",
+                "secret=excluded.secret, timeout_ms=excluded.timeout_ms, origin=excluded.origin, "
+                "disabled_reason=excluded.disabled_reason",
                 (
                     sub.id,
                     sub.url,
