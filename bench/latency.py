@@ -228,9 +228,8 @@ async def _measure(ctx: Context, receiver: ReceiverProcess, n: int, events: int)
     data_dir = ctx.work_dir / f"latency-{n}-{uuid.uuid4().hex[:8]}"
     journal = Journal(data_dir, durable=False)
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)  # as the daemon
-    client = httpx.AsyncClient(follow_redirects=False, trust_env=False, limits=limits)
     dispatcher = Dispatcher(
-        journal, client, Metrics(CollectorRegistry()), RetryPolicy(0.5, 30.0, 0, 3600.0)
+        journal, Metrics(CollectorRegistry()), RetryPolicy(0.5, 30.0, 0, 3600.0)
     )
     handoff = Handoff(
         loop,
@@ -276,7 +275,6 @@ async def _measure(ctx: Context, receiver: ReceiverProcess, n: int, events: int)
         await dispatcher.close()
         await loop.run_in_executor(executor, member.close)
         executor.shutdown()
-        await client.aclose()
         await plain.aclose()
         journal.close()
     ours_latency, missing_ours = _latencies(ours, records, n)

@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
 
-from sidecar.model import Delivery, Event, EventDraft, EventType, Subscription, encode
+from sidecar.model import (
+    Delivery,
+    DeliveryOutcome,
+    Event,
+    EventDraft,
+    EventType,
+    Subscription,
+    encode,
+)
 
 FILE_NAME = "journal.sqlite3"
 
@@ -255,7 +263,7 @@ class Journal:
                 d.subscription_id,
                 d.sequence,
                 d.event_id,
-                d.outcome,
+                d.outcome.value,
                 d.attempts,
                 d.status_code,
                 d.error,
@@ -269,7 +277,19 @@ class Journal:
             "at FROM deliveries WHERE subscription_id = ? ORDER BY rowid DESC LIMIT ?",
             (sub_id, limit),
         ).fetchall()
-        return [Delivery(*row) for row in rows]
+        return [
+            Delivery(
+                subscription_id=row[0],
+                sequence=row[1],
+                event_id=row[2],
+                outcome=DeliveryOutcome(row[3]),
+                attempts=row[4],
+                status_code=row[5],
+                error=row[6],
+                at=row[7],
+            )
+            for row in rows
+        ]
 
 
 class _Transaction:

@@ -9,7 +9,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
@@ -19,9 +18,10 @@ from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, retry_after
 from sidecar.handoff import BarrierOutcome
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics
-from sidecar.model import EventDraft, EventType, PartitionOffset, TopicPartition
+from sidecar.model import DeliveryOutcome, EventDraft, EventType, PartitionOffset, TopicPartition
 from sidecar.subscriptions import InvalidSubscription, Registry, new_secret
 from tests.support.receiver import running
+from tests.support.sidecars import free_port
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05, max_attempts=0, max_age=60)
 
@@ -60,8 +60,7 @@ class Rig:
     def __init__(self, data_dir: Path, policy: RetryPolicy = FAST) -> None:
         self.journal = Journal(data_dir, durable=False)
         self.metrics = Metrics(CollectorRegistry())
-        self.client = httpx.AsyncClient(follow_redirects=False)
-        self.dispatcher = Dispatcher(self.journal, self.client, self.metrics, policy)
+        self.dispatcher = Dispatcher(self.journal, self.metrics, policy)
         self.registry = Registry(self.journal, self.dispatcher, ())
 
     def append(self, draft: EventDraft) -> Any:
@@ -71,13 +70,14 @@ class Rig:
 
     async def close(self) -> None:
         await self.dispatcher.close()
-        await self.client.aclose()
         self.journal.close()
 
 
-def run(test: Callable[[Rig], Coroutine[Any, Any, None]], data_dir: Path) -> None:
+def run(
+    test: Callable[[Rig], Coroutine[Any, Any, None]], data_dir: Path, policy: RetryPolicy = FAST
+) -> None:
     async def main() -> None:
-        rig = Rig(data_dir)
+        rig = Rig(data_dir, policy)
         try:
             await test(rig)
         finally:
@@ -167,7 +167,6 @@ def test_gives_up_after_max_attempts_and_moves_on(tmp_path: Path) -> None:
         return (500, None, 0.0) if event["sequence"] == "1" else (204, None, 0.0)
 
     async def scenario(rig: Rig) -> None:
-        rig.dispatcher._policy = RetryPolicy(0.01, 0.02, max_attempts=3, max_age=60)
         with running(secret, reject_first) as receiver:
             sub = rig.registry.create(
                 url=receiver.url, events=None, mode="async", secret=secret, timeout_ms=2000
@@ -177,10 +176,10 @@ def test_gives_up_after_max_attempts_and_moves_on(tmp_path: Path) -> None:
             await until(lambda: rig.journal.subscription(sub.id).cursor == 2)  # type: ignore[union-attr]
             assert [r.sequence for r in receiver.events()] == [2]
             outcomes = [d.outcome for d in rig.journal.deliveries(sub.id, 10)]
-            assert outcomes.count("failed") == 3
+            assert outcomes.count(DeliveryOutcome.FAILED) == 3
             assert "gave_up" in outcomes
 
-    run(scenario, tmp_path)
+    run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=3, max_age=60))
 
 
 def test_redirects_are_not_followed(tmp_path: Path) -> None:
@@ -191,7 +190,6 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
             running(secret) as target,
             running(secret, lambda e: (307, target.url, 0.0)) as redirecting,
         ):
-            rig.dispatcher._policy = RetryPolicy(0.01, 0.02, max_attempts=2, max_age=60)
             sub = rig.registry.create(
                 url=redirecting.url, events=None, mode="async", secret=secret, timeout_ms=2000
             )
@@ -202,7 +200,7 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
             assert target.attempts == 0
             assert {d.status_code for d in rig.journal.deliveries(sub.id, 10)} == {307}
 
-    run(scenario, tmp_path)
+    run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=2, max_age=60))
 
 
 def test_barrier_waits_for_blocking_subscribers_and_hands_back_offsets(tmp_path: Path) -> None:
@@ -315,8 +313,8 @@ def test_offsets_answered_after_the_barrier_expired_are_rejected_not_lost(tmp_pa
             await until(lambda: rig.journal.subscription(sub.id).cursor == event.sequence)  # type: ignore[union-attr]
             log = {d.outcome: d for d in rig.journal.deliveries(sub.id, 10)}
             assert set(log) == {"barrier_timeout", "delivered", "offsets_rejected"}
-            assert log["offsets_rejected"].status_code == 200
-            assert "barrier expired" in (log["offsets_rejected"].error or "")
+            assert log[DeliveryOutcome.OFFSETS_REJECTED].status_code == 200
+            assert "barrier expired" in (log[DeliveryOutcome.OFFSETS_REJECTED].error or "")
             assert delivered_total(rig, sub.id, "offsets_rejected") == 1
             assert any(
                 entry["event"] == "offsets in revoke acknowledgement rejected"
@@ -373,7 +371,6 @@ def test_retry_after_now_or_past_still_backs_off(tmp_path: Path, retry_after: st
     policy = RetryPolicy(initial=0.2, maximum=0.5, max_attempts=4, max_age=60)
 
     async def scenario(rig: Rig) -> None:
-        rig.dispatcher._policy = policy
         with running(secret, lambda e: (503, None, 0.0), retry_after=retry_after) as app:
             sub = rig.registry.create(
                 url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
@@ -387,7 +384,7 @@ def test_retry_after_now_or_past_still_backs_off(tmp_path: Path, retry_after: st
             # A lower bound, not a speed: each retry waited for the floor first.
             assert all(b - a >= policy.initial for a, b in pairwise(failed))
 
-    run(scenario, tmp_path)
+    run(scenario, tmp_path, policy)
 
 
 @pytest.mark.parametrize(
@@ -441,5 +438,35 @@ def test_a_filtered_subscription_passes_over_what_it_did_not_subscribe_to(
             assert rig.journal.pending_events() == 0
             assert rig.journal.prune(keep_events=0, max_age_seconds=3600) == 4
             assert rig.journal.events_after(0, 10) == []
+
+    run(scenario, tmp_path)
+
+
+def test_barriers_follow_registrations_deletions_and_410s(tmp_path: Path) -> None:
+    """The dispatcher's in-memory subscriptions stay in step with the registry (17.1)."""
+    secret = new_secret()
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, lambda e: (410, None, 0.0)) as gone:
+            disabled = rig.registry.create(
+                url=gone.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(disabled.id).disabled_reason is not None)  # type: ignore[union-attr]
+            outcomes: list[BarrierOutcome] = []
+            rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+            assert outcomes == [BarrierOutcome()]  # nobody left to wait for
+
+        down = rig.registry.create(
+            url=f"http://127.0.0.1:{free_port()}/hook",  # nothing listens: it never answers
+            events=None,
+            mode="blocking",
+            secret=secret,
+            timeout_ms=2000,
+        )
+        rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+        assert len(outcomes) == 1  # waiting for the new subscription
+        assert rig.registry.delete(down.id)
+        assert outcomes[1].gave_up == (down.id,)
 
     run(scenario, tmp_path)
