@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import httpx
 import structlog
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -140,14 +139,8 @@ class Sidecar:
         self.feed = Feed()
         sources = StateSources(pending_events=self.journal.pending_events)
         self.metrics.observe_state(lambda: self.handoff.snapshot, sources)
-        client = httpx.AsyncClient(
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-        )
         self.dispatcher = Dispatcher(
             self.journal,
-            client,
             self.metrics,
             RetryPolicy(
                 s.webhook_backoff_initial_ms / 1000,
@@ -195,7 +188,7 @@ class Sidecar:
         exit_code = 0 if stop_waiter.done() else 1
         watchdog = _hard_exit_after(s.shutdown_timeout_ms / 1000)
         try:
-            await self._stop(server, serving, pruning, client, fleet)
+            await self._stop(server, serving, pruning, fleet)
         finally:
             watchdog.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -221,7 +214,6 @@ class Sidecar:
         server: uvicorn.Server,
         serving: asyncio.Task[None],
         pruning: asyncio.Task[None],
-        client: httpx.AsyncClient,
         fleet: FleetJournal | None,
     ) -> None:
         self._stopping = True
@@ -237,7 +229,6 @@ class Sidecar:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await serving
-        await client.aclose()
         self.journal.close()
         log.info("sidecar stopped", seconds=round(time.monotonic() - started, 3))
 

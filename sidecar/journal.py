@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
 
-from sidecar.model import Delivery, Event, EventDraft, EventType, Subscription, encode
+from sidecar.model import (
+    Delivery,
+    DeliveryOutcome,
+    Event,
+    EventDraft,
+    EventType,
+    Subscription,
+    encode,
+)
 
 FILE_NAME = "journal.sqlite3"
 
@@ -187,7 +195,8 @@ class Journal:
                 f"INSERT INTO subscriptions ({_SUBSCRIPTION_COLUMNS}) "  # noqa: S608
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
                 "url=excluded.url, events=excluded.events, mode=excluded.mode, "
-                "secret=excluded.secret, timeout_ms=excluded.timeout_ms, origin=excluded.origin",
+                "secret=excluded.secret, timeout_ms=excluded.timeout_ms, origin=excluded.origin, "
+                "disabled_reason=excluded.disabled_reason",
                 (
                     sub.id,
                     sub.url,
@@ -229,6 +238,13 @@ class Journal:
             )
             self._insert_delivery(delivery)
 
+    def pass_over(self, sub_id: str, sequence: int) -> None:
+        """Move the cursor past events the subscription does not want (nothing to log)."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE subscriptions SET cursor = MAX(cursor, ?) WHERE id = ?", (sequence, sub_id)
+            )
+
     def disable(self, sub_id: str, reason: str) -> None:
         with self._transaction():
             self._db.execute(
@@ -247,7 +263,7 @@ class Journal:
                 d.subscription_id,
                 d.sequence,
                 d.event_id,
-                d.outcome,
+                d.outcome.value,
                 d.attempts,
                 d.status_code,
                 d.error,
@@ -261,7 +277,19 @@ class Journal:
             "at FROM deliveries WHERE subscription_id = ? ORDER BY rowid DESC LIMIT ?",
             (sub_id, limit),
         ).fetchall()
-        return [Delivery(*row) for row in rows]
+        return [
+            Delivery(
+                subscription_id=row[0],
+                sequence=row[1],
+                event_id=row[2],
+                outcome=DeliveryOutcome(row[3]),
+                attempts=row[4],
+                status_code=row[5],
+                error=row[6],
+                at=row[7],
+            )
+            for row in rows
+        ]
 
 
 class _Transaction:

@@ -42,6 +42,7 @@ from sidecar.link import KafkaLink
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
     Delivery,
+    DeliveryOutcome,
     Event,
     EventDraft,
     EventType,
@@ -421,9 +422,9 @@ class GroupMember:
         assert self._journal is not None
         try:
             self._commit(outcome.offsets, source="revoke")
-            outcome_name, error = "offsets_committed", None
+            outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
         except CommitFailed as exc:
-            outcome_name, error = "commit_failed", str(exc)
+            outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
             self._log.error("committing offsets handed back on revoke failed", error=error)
         detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
         for sub_id in outcome.acknowledged:

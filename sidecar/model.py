@@ -214,6 +214,23 @@ class Subscription:
         }
 
 
+class DeliveryOutcome(enum.StrEnum):
+    """What one line of a delivery log says happened (the metric's ``outcome`` label)."""
+
+    DELIVERED = "delivered"  # acknowledged (2xx): the cursor moves past the event
+    FAILED = "failed"  # one attempt that did not succeed; retried
+    GAVE_UP = "gave_up"  # attempts or age exhausted: the cursor moves on without an ack
+    DISABLED = "disabled"  # 410 Gone: the subscription stops
+    BARRIER_TIMEOUT = "barrier_timeout"  # the rebalance went on without this ack
+    OFFSETS_REJECTED = "offsets_rejected"  # handed-back offsets not committed, and why
+    OFFSETS_COMMITTED = "offsets_committed"
+    COMMIT_FAILED = "commit_failed"
+
+    @property
+    def moves_cursor(self) -> bool:
+        return self in (DeliveryOutcome.DELIVERED, DeliveryOutcome.GAVE_UP)
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One line of a subscription's delivery log."""
@@ -221,7 +238,7 @@ class Delivery:
     subscription_id: str
     sequence: int
     event_id: str
-    outcome: str
+    outcome: DeliveryOutcome
     attempts: int
     status_code: int | None
     error: str | None
@@ -231,7 +248,7 @@ class Delivery:
         return {
             "sequence": self.sequence,
             "event_id": self.event_id,
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "attempts": self.attempts,
             "status_code": self.status_code,
             "error": self.error,

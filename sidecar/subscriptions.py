@@ -4,6 +4,11 @@ Subscriptions come from the API (``POST /webhooks``) or from settings
 (``SIDECAR_WEBHOOKS``, the usual Kubernetes case). Both are stored in the journal so a
 restart resumes delivery at each subscription's cursor. A settings-declared webhook keeps
 a stable id (given, or derived from its URL) so its cursor survives restarts too.
+
+``SIDECAR_WEBHOOKS`` is the source of truth for the declared ones: at start, a declared
+webhook no longer declared is removed, a changed one is updated, and a changed one that a
+``410 Gone`` had disabled is enabled again (its URL or secret was fixed). Webhooks
+registered through the API are left alone.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
+import structlog
 
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
 from sidecar.settings import WebhookSpec
+
+log = structlog.get_logger("sidecar.subscriptions")
 
 DEFAULT_EVENTS = (EventType.ASSIGNED, EventType.REVOKED, EventType.LOST)
 
@@ -137,27 +146,38 @@ class Registry:
             cursor=existing.cursor if existing else self._journal.last_sequence(),
             disabled_reason=None,
         )
+        if existing is not None and existing.disabled_reason is not None:
+            if _same_target(existing, sub):
+                # Disabled (410 Gone) and declared again unchanged: still gone.
+                sub = replace(sub, disabled_reason=existing.disabled_reason)
+            else:
+                log.info("webhook enabled again: its declaration changed", webhook=sub.id)
         self._journal.save_subscription(sub)
-        self._dispatcher.add(sub)
+        if sub.disabled_reason is None:
+            self._dispatcher.add(sub)
+        else:
+            self._dispatcher.remove(sub.id)
         return sub
 
     def declare(self, specs: Iterable[WebhookSpec]) -> list[Subscription]:
-        """Upsert the webhooks from settings (ids stable across restarts)."""
-        declared = []
-        for spec in specs:
-            sub_id = spec.id or "cfg_" + hashlib.sha256(spec.url.encode()).hexdigest()[:16]
-            declared.append(
-                self.create(
-                    url=spec.url,
-                    events=spec.events,
-                    mode=spec.mode,
-                    secret=spec.secret.get_secret_value(),
-                    timeout_ms=spec.timeout_ms,
-                    origin="settings",
-                    sub_id=sub_id,
-                )
+        """Make the declared subscriptions what settings say (ids stable across restarts)."""
+        wanted = {_declared_id(spec): spec for spec in specs}
+        for sub in self._journal.subscriptions():
+            if sub.origin == "settings" and sub.id not in wanted:
+                self.delete(sub.id)
+                log.info("declared webhook removed: no longer in SIDECAR_WEBHOOKS", webhook=sub.id)
+        return [
+            self.create(
+                url=spec.url,
+                events=spec.events,
+                mode=spec.mode,
+                secret=spec.secret.get_secret_value(),
+                timeout_ms=spec.timeout_ms,
+                origin="settings",
+                sub_id=sub_id,
             )
-        return declared
+            for sub_id, spec in wanted.items()
+        ]
 
     def list(self) -> list[Subscription]:
         return self._journal.subscriptions()
@@ -169,3 +189,18 @@ class Registry:
         deleted = self._journal.delete_subscription(sub_id)
         self._dispatcher.remove(sub_id)
         return deleted
+
+
+def _declared_id(spec: WebhookSpec) -> str:
+    return spec.id or "cfg_" + hashlib.sha256(spec.url.encode()).hexdigest()[:16]
+
+
+def _same_target(a: Subscription, b: Subscription) -> bool:
+    """Whether ``b`` would be sent where and how ``a`` was (so a ``410`` still applies)."""
+    return (a.url, a.events, a.mode, a.secret, a.timeout_ms) == (
+        b.url,
+        b.events,
+        b.mode,
+        b.secret,
+        b.timeout_ms,
+    )

@@ -53,9 +53,12 @@ def accept(event: dict[str, Any]) -> tuple[int, Any, float]:
 
 
 class Receiver:
-    def __init__(self, secret: str, responder: Responder = accept, port: int = 0) -> None:
+    def __init__(
+        self, secret: str, responder: Responder = accept, port: int = 0, retry_after: str = "0"
+    ) -> None:
         self.secret = secret
         self.responder = responder
+        self.retry_after = retry_after  # sent with every 429/503
         self.received: list[Received] = []
         self.rejected: list[str] = []
         self.attempts = 0
@@ -137,7 +140,9 @@ class Receiver:
                 payload = b"" if answer is None else json.dumps(answer).encode()
                 self.send_response(status)
                 if status in (429, 503):
-                    self.send_header("Retry-After", "0")
+                    # As UTF-8 bytes on the wire, whatever the value (send_header is latin-1).
+                    raw = receiver.retry_after.encode().decode("latin-1")
+                    self.send_header("Retry-After", raw)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
@@ -147,8 +152,10 @@ class Receiver:
 
 
 @contextmanager
-def running(secret: str, responder: Responder = accept, port: int = 0) -> Iterator[Receiver]:
-    receiver = Receiver(secret, responder, port).start()
+def running(
+    secret: str, responder: Responder = accept, port: int = 0, retry_after: str = "0"
+) -> Iterator[Receiver]:
+    receiver = Receiver(secret, responder, port, retry_after).start()
     try:
         yield receiver
     finally:

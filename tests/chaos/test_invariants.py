@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.model import Delivery, Event, EventType, Subscription
+from sidecar.model import Delivery, DeliveryOutcome, Event, EventType, Subscription
 from tests.chaos import invariants
 from tests.chaos import report as verdict
 from tests.chaos.broker import BrokerOutage
@@ -144,7 +144,7 @@ def test_windows_the_protocol_allows_are_counted_not_failed(cause: str) -> None:
     outages: list[BrokerOutage] = []
     if cause == "barrier":
         extra["deliveries"] = {
-            "app": [Delivery("app", 2, "x", "barrier_timeout", 0, None, None, 4.1)]
+            "app": [Delivery("app", 2, "x", DeliveryOutcome.BARRIER_TIMEOUT, 0, None, None, 4.1)]
         }
     elif cause == "kill":
         extra["kills"] = [3.0]
@@ -187,7 +187,9 @@ def test_a_missing_delivery_is_lost_and_a_changed_redelivery_is_caught() -> None
     assert report.duplicates == 1
     assert any("different content" in m for m in report.mismatched)
 
-    record.deliveries["app"] = [Delivery("app", 2, second.id, "gave_up", 5, 503, "x", 3.0)]
+    record.deliveries["app"] = [
+        Delivery("app", 2, second.id, DeliveryOutcome.GAVE_UP, 5, 503, "x", 3.0)
+    ]
     report = verdict.Report("test")
     invariants.check_delivery(report, [record])
     assert report.lost == [] and report.given_up == 1
@@ -213,7 +215,9 @@ def test_an_old_assignment_learned_late_is_blamed_on_its_own_barrier() -> None:
         (event(1, ASSIGNED, [0], [0], generation=7), 2.0, 2.0),
         (event(2, REVOKED, [], [0], generation=7), 2.1, 2.2),
     ]
-    timed_out = {"app": [Delivery("app", 2, "x", "barrier_timeout", 0, None, None, 0.5)]}
+    timed_out = {
+        "app": [Delivery("app", 2, "x", DeliveryOutcome.BARRIER_TIMEOUT, 0, None, None, 0.5)]
+    }
     [window] = ownership([b, member("a", a_events, deliveries=timed_out)]).windows
     assert (window.stale, window.new, window.cause) == ("a", "b", verdict.BARRIER_TIMEOUT)
     assert window.seconds == pytest.approx(0.2)

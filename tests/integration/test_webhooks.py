@@ -380,3 +380,63 @@ def test_sequences_strictly_increase_per_receiver(registration_sidecar: Sidecar)
             headers={"Accept": "application/json"},
         ).json()
         assert [int(e["sequence"]) for e in page] == sequences[1:2]
+
+
+def test_sidecar_webhooks_is_the_source_of_truth_for_declared_webhooks(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    """Issue 11.4: a declaration dropped or moved goes away after a restart; the API's stay."""
+    topic = topic_factory(1)
+    secret = new_secret()
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: attempts fail, harmlessly
+    dropped = {"url": f"{nowhere}/dropped", "secret": secret, "mode": "async"}
+    by_url = {"url": f"{nowhere}/old", "secret": secret, "mode": "async"}
+    by_id = {"url": f"{nowhere}/old", "secret": secret, "mode": "async", "id": "app"}
+    first = sidecar_factory(group_id, topic, webhooks=[dropped, by_url, by_id], name="first")
+    registered = first.client.post("/webhooks", json={"url": f"{nowhere}/api", "mode": "async"})
+    assert registered.status_code == 201, registered.text
+    assert len(first.client.get("/webhooks").json()) == 4
+    assert first.terminate() == 0
+
+    moved = [by_url | {"url": f"{nowhere}/new"}, by_id | {"url": f"{nowhere}/new"}]
+    again = sidecar_factory(group_id, topic, webhooks=moved, data_dir=first.data_dir, name="again")
+    listed = {w["id"]: w for w in again.client.get("/webhooks").json()}
+    declared = {i: w for i, w in listed.items() if w["origin"] == "settings"}
+    assert sorted(w["url"] for w in declared.values()) == [f"{nowhere}/new"] * 2
+    assert declared["app"]["url"] == f"{nowhere}/new"  # same id, updated in place
+    assert registered.json()["id"] in listed  # registered through the API: untouched
+    assert len(listed) == 3
+
+
+def test_a_declared_webhook_disabled_by_410_is_enabled_again_when_its_url_is_fixed(
+    sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
+) -> None:
+    """Issue 11.4: `410 Gone` holds for that declaration only, not for its next version."""
+    topic = topic_factory(1)
+    secret = new_secret()
+    with running(secret, lambda e: (410, None, 0.0)) as gone, running(secret) as fixed:
+        hook = {"url": gone.url, "secret": secret, "mode": "async", "id": "app"}
+        first = sidecar_factory(group_id, topic, webhooks=[hook], name="first")
+        wait_until(
+            lambda: bool(first.client.get("/webhooks/app").json()["disabled"]), 30, "disabled"
+        )
+        assert first.terminate() == 0
+
+        unchanged = sidecar_factory(
+            group_id, topic, webhooks=[hook], data_dir=first.data_dir, name="unchanged"
+        )
+        assert unchanged.client.get("/webhooks/app").json()["disabled"]  # still gone
+        assert unchanged.terminate() == 0
+
+        repaired = sidecar_factory(
+            group_id,
+            topic,
+            webhooks=[hook | {"url": fixed.url}],
+            data_dir=first.data_dir,
+            name="repaired",
+        )
+        webhook = repaired.client.get("/webhooks/app").json()
+        assert not webhook["disabled"] and webhook["disabled_reason"] is None
+        repaired.wait_stable()
+        assert fixed.wait_for(lambda r: len(r) >= 1, 30)
+        assert gone.attempts == 1  # one 410 was enough

@@ -5,21 +5,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
+from structlog.testing import capture_logs
 
-from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, sign
+from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, retry_after_seconds, sign
 from sidecar.handoff import BarrierOutcome
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics
-from sidecar.model import EventDraft, EventType, PartitionOffset, TopicPartition
+from sidecar.model import DeliveryOutcome, EventDraft, EventType, PartitionOffset, TopicPartition
 from sidecar.subscriptions import InvalidSubscription, Registry, new_secret
 from tests.support.receiver import running
+from tests.support.sidecars import free_port
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05, max_attempts=0, max_age=60)
 
@@ -58,8 +60,7 @@ class Rig:
     def __init__(self, data_dir: Path, policy: RetryPolicy = FAST) -> None:
         self.journal = Journal(data_dir, durable=False)
         self.metrics = Metrics(CollectorRegistry())
-        self.client = httpx.AsyncClient(follow_redirects=False)
-        self.dispatcher = Dispatcher(self.journal, self.client, self.metrics, policy)
+        self.dispatcher = Dispatcher(self.journal, self.metrics, policy)
         self.registry = Registry(self.journal, self.dispatcher, ())
 
     def append(self, draft: EventDraft) -> Any:
@@ -69,13 +70,14 @@ class Rig:
 
     async def close(self) -> None:
         await self.dispatcher.close()
-        await self.client.aclose()
         self.journal.close()
 
 
-def run(test: Callable[[Rig], Coroutine[Any, Any, None]], data_dir: Path) -> None:
+def run(
+    test: Callable[[Rig], Coroutine[Any, Any, None]], data_dir: Path, policy: RetryPolicy = FAST
+) -> None:
     async def main() -> None:
-        rig = Rig(data_dir)
+        rig = Rig(data_dir, policy)
         try:
             await test(rig)
         finally:
@@ -165,7 +167,6 @@ def test_gives_up_after_max_attempts_and_moves_on(tmp_path: Path) -> None:
         return (500, None, 0.0) if event["sequence"] == "1" else (204, None, 0.0)
 
     async def scenario(rig: Rig) -> None:
-        rig.dispatcher._policy = RetryPolicy(0.01, 0.02, max_attempts=3, max_age=60)
         with running(secret, reject_first) as receiver:
             sub = rig.registry.create(
                 url=receiver.url, events=None, mode="async", secret=secret, timeout_ms=2000
@@ -175,10 +176,10 @@ def test_gives_up_after_max_attempts_and_moves_on(tmp_path: Path) -> None:
             await until(lambda: rig.journal.subscription(sub.id).cursor == 2)  # type: ignore[union-attr]
             assert [r.sequence for r in receiver.events()] == [2]
             outcomes = [d.outcome for d in rig.journal.deliveries(sub.id, 10)]
-            assert outcomes.count("failed") == 3
+            assert outcomes.count(DeliveryOutcome.FAILED) == 3
             assert "gave_up" in outcomes
 
-    run(scenario, tmp_path)
+    run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=3, max_age=60))
 
 
 def test_redirects_are_not_followed(tmp_path: Path) -> None:
@@ -189,7 +190,6 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
             running(secret) as target,
             running(secret, lambda e: (307, target.url, 0.0)) as redirecting,
         ):
-            rig.dispatcher._policy = RetryPolicy(0.01, 0.02, max_attempts=2, max_age=60)
             sub = rig.registry.create(
                 url=redirecting.url, events=None, mode="async", secret=secret, timeout_ms=2000
             )
@@ -200,7 +200,7 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
             assert target.attempts == 0
             assert {d.status_code for d in rig.journal.deliveries(sub.id, 10)} == {307}
 
-    run(scenario, tmp_path)
+    run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=2, max_age=60))
 
 
 def test_barrier_waits_for_blocking_subscribers_and_hands_back_offsets(tmp_path: Path) -> None:
@@ -291,5 +291,182 @@ def test_registry_rejects_bad_urls(tmp_path: Path, url: str, problem: str) -> No
         with pytest.raises(InvalidSubscription, match=problem):
             rig.registry.create(url=url, events=None, mode="async", secret=None, timeout_ms=100)
         assert rig.registry.list() == []
+
+    run(scenario, tmp_path)
+
+
+def test_offsets_answered_after_the_barrier_expired_are_rejected_not_lost(tmp_path: Path) -> None:
+    """Issue 11.5a: a late 2xx with offsets is delivered, but its offsets go nowhere: say so."""
+    secret = new_secret()
+
+    def late_hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.3
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, late_hand_back) as app, capture_logs() as logs:
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            event = rig.append(revoked())
+            rig.dispatcher.open_barrier(event, lambda outcome: None)
+            assert rig.dispatcher.barrier_expired(event).waiting == (sub.id,)
+            await until(lambda: rig.journal.subscription(sub.id).cursor == event.sequence)  # type: ignore[union-attr]
+            log = {d.outcome: d for d in rig.journal.deliveries(sub.id, 10)}
+            assert set(log) == {"barrier_timeout", "delivered", "offsets_rejected"}
+            assert log[DeliveryOutcome.OFFSETS_REJECTED].status_code == 200
+            assert "barrier expired" in (log[DeliveryOutcome.OFFSETS_REJECTED].error or "")
+            assert delivered_total(rig, sub.id, "offsets_rejected") == 1
+            assert any(
+                entry["event"] == "offsets in revoke acknowledgement rejected"
+                and "barrier expired" in entry["error"]
+                for entry in logs
+            )
+
+    run(scenario, tmp_path)
+
+
+def delivered_total(rig: Rig, sub_id: str, outcome: str) -> float:
+    value = rig.metrics.registry.get_sample_value(
+        "rebalance_sidecar_webhook_deliveries_total", {"webhook": sub_id, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize("retry_after", ["²", "٣", "1.5", "-3", "soon", "Mon, 99 Foo 2026 GMT"])
+def test_a_retry_after_that_does_not_parse_is_ignored(tmp_path: Path, retry_after: str) -> None:
+    """Issue 11.8: an odd header is no reason to stop (before, '²' crashed the courier)."""
+    secret = new_secret()
+    busy = {"left": 1}
+
+    def busy_once(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if busy["left"]:
+            busy["left"] -= 1
+            return 503, None, 0.0
+        return 204, None, 0.0
+
+    async def scenario(rig: Rig) -> None:
+        with (
+            running(secret, busy_once, retry_after=retry_after) as app,
+            capture_logs() as logs,
+        ):
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 1)  # type: ignore[union-attr]
+            log = list(reversed(rig.journal.deliveries(sub.id, 10)))
+            assert [(d.outcome, d.status_code) for d in log] == [
+                ("failed", 503),
+                ("delivered", 204),
+            ]
+            assert not [entry for entry in logs if entry["log_level"] == "error"]
+
+    run(scenario, tmp_path)
+
+
+@pytest.mark.parametrize("retry_after", ["0", "Thu, 01 Jan 1970 00:00:00 GMT"])
+def test_retry_after_now_or_past_still_backs_off(tmp_path: Path, retry_after: str) -> None:
+    """Issue 11.8: `Retry-After: 0` or a past date waits at least the initial backoff."""
+    secret = new_secret()
+    policy = RetryPolicy(initial=0.2, maximum=0.5, max_attempts=4, max_age=60)
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, lambda e: (503, None, 0.0), retry_after=retry_after) as app:
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 1)  # type: ignore[union-attr]
+            failed = [
+                d.at for d in reversed(rig.journal.deliveries(sub.id, 10)) if d.outcome == "failed"
+            ]
+            assert len(failed) == 4
+            # A lower bound, not a speed: each retry waited for the floor first.
+            assert all(b - a >= policy.initial for a, b in pairwise(failed))
+
+    run(scenario, tmp_path, policy)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("0", 0.0),
+        (" 120 ", 120.0),
+        ("Thu, 01 Jan 1970 00:01:40 GMT", 100.0 - 1000.0),
+        ("Thursday, 01-Jan-70 00:01:40 GMT", 100.0 - 1000.0),
+        ("Thu Jan  1 00:01:40 1970", 100.0 - 1000.0),
+        ("²", None),
+        ("٣", None),
+        ("+5", None),
+        ("5 s", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_parsed_per_rfc_9110(value: str | None, seconds: float | None) -> None:
+    assert retry_after_seconds(value, now=1000.0) == seconds
+
+
+def test_retry_after_is_floored_at_the_initial_delay_and_capped() -> None:
+    policy = RetryPolicy(initial=0.5, maximum=30.0, max_attempts=0, max_age=60)
+    assert policy.delay(1, retry_after=0.0) == 0.5
+    assert policy.delay(1, retry_after=-900.0) == 0.5
+    assert policy.delay(1, retry_after=7.0) == 7.0
+    assert policy.delay(1, retry_after=float("inf")) == 30.0
+
+
+def test_a_filtered_subscription_passes_over_what_it_did_not_subscribe_to(
+    tmp_path: Path,
+) -> None:
+    """Issue 11.9: events of other types must not pin the cursor (pruning, pending count)."""
+    secret = new_secret()
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret) as app:
+            sub = rig.registry.create(
+                url=app.url,
+                events=[EventType.ASSIGNED.value],
+                mode="async",
+                secret=secret,
+                timeout_ms=2000,
+            )
+            rig.append(assigned())
+            for _ in range(3):
+                rig.append(revoked())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 4)  # type: ignore[union-attr]
+            assert [r.sequence for r in app.events()] == [1]
+            assert rig.journal.pending_events() == 0
+            assert rig.journal.prune(keep_events=0, max_age_seconds=3600) == 4
+            assert rig.journal.events_after(0, 10) == []
+
+    run(scenario, tmp_path)
+
+
+def test_barriers_follow_registrations_deletions_and_410s(tmp_path: Path) -> None:
+    """The dispatcher's in-memory subscriptions stay in step with the registry (17.1)."""
+    secret = new_secret()
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, lambda e: (410, None, 0.0)) as gone:
+            disabled = rig.registry.create(
+                url=gone.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(disabled.id).disabled_reason is not None)  # type: ignore[union-attr]
+            outcomes: list[BarrierOutcome] = []
+            rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+            assert outcomes == [BarrierOutcome()]  # nobody left to wait for
+
+        down = rig.registry.create(
+            url=f"http://127.0.0.1:{free_port()}/hook",  # nothing listens: it never answers
+            events=None,
+            mode="blocking",
+            secret=secret,
+            timeout_ms=2000,
+        )
+        rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+        assert len(outcomes) == 1  # waiting for the new subscription
+        assert rig.registry.delete(down.id)
+        assert outcomes[1].gave_up == (down.id,)
 
     run(scenario, tmp_path)

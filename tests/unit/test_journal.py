@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 
 from sidecar.journal import Journal
-from sidecar.model import Delivery, EventDraft, EventType, PartitionOffset, Subscription
+from sidecar.model import (
+    Delivery,
+    DeliveryOutcome,
+    EventDraft,
+    EventType,
+    PartitionOffset,
+    Subscription,
+)
 
 
 def draft(kind: EventType = EventType.ASSIGNED, partition: int = 0) -> EventDraft:
@@ -94,7 +101,9 @@ def test_prune_keeps_what_a_subscriber_still_needs(tmp_path: Path) -> None:
     assert dropped == 4  # only what every subscription is past
     assert journal.events_after(0, 100)[0].sequence == 5
     assert journal.pending_events() == 6
-    journal.advance("slow", 10, Delivery("slow", 10, "id", "delivered", 1, 200, None, 0.0))
+    journal.advance(
+        "slow", 10, Delivery("slow", 10, "id", DeliveryOutcome.DELIVERED, 1, 200, None, 0.0)
+    )
     assert journal.prune(keep_events=2, max_age_seconds=3600) == 4
     assert journal.pending_events() == 0
     journal.close()
@@ -113,8 +122,8 @@ def test_export_jsonl_writes_one_cloudevent_per_line(tmp_path: Path) -> None:
 def test_subscriptions_and_delivery_log_round_trip(tmp_path: Path) -> None:
     journal = Journal(tmp_path, durable=False)
     journal.save_subscription(subscription("a", cursor=0))
-    journal.record(Delivery("a", 1, "e1", "failed", 1, 503, "HTTP 503", 1.0))
-    journal.advance("a", 1, Delivery("a", 1, "e1", "delivered", 2, 200, None, 2.0))
+    journal.record(Delivery("a", 1, "e1", DeliveryOutcome.FAILED, 1, 503, "HTTP 503", 1.0))
+    journal.advance("a", 1, Delivery("a", 1, "e1", DeliveryOutcome.DELIVERED, 2, 200, None, 2.0))
     assert journal.subscription("a") is not None
     assert journal.subscription("a").cursor == 1  # type: ignore[union-attr]
     assert [d.outcome for d in journal.deliveries("a", 10)] == ["delivered", "failed"]

@@ -1,0 +1,122 @@
+"""Revoke barriers: waiting for blocking subscribers' acknowledgements, on the loop.
+
+A revoked/lost event opens a ``RevokeBarrier`` naming the blocking subscribers that still
+owe an answer; the consumer thread waits (see handoff.py) until it closes or expires. A
+blocking subscriber may answer a ``revoked`` event with offsets to commit: they are
+validated here (``parse_offsets``) and handed back with the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar.handoff import BarrierOutcome
+from sidecar.model import Event, PartitionOffset
+
+
+@dataclass
+class RevokeBarrier:
+    """Waits for every blocking subscriber's acknowledgement of one revoked/lost event."""
+
+    event: Event
+    waiting: set[str]
+    done: Callable[[BarrierOutcome], None]
+    acknowledged: list[str] = field(default_factory=list)
+    gave_up: list[str] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def settle(self, sub_id: str, ok: bool, offsets: tuple[PartitionOffset, ...] = ()) -> bool:
+        """Take one subscriber's answer; ``False`` when this barrier was not waiting for it."""
+        if sub_id not in self.waiting:
+            return False
+        self.waiting.discard(sub_id)
+        (self.acknowledged if ok else self.gave_up).append(sub_id)
+        for po in offsets:
+            key = (po.topic, po.partition)
+            # Two subscribers handing back the same partition: the furthest progress wins.
+            self.offsets[key] = max(self.offsets.get(key, -1), po.offset or 0)
+        if not self.waiting:
+            self.done(self.outcome(timed_out=False))
+        return True
+
+    def outcome(self, *, timed_out: bool) -> BarrierOutcome:
+        return BarrierOutcome(
+            acknowledged=tuple(self.acknowledged),
+            gave_up=tuple(self.gave_up),
+            waiting=tuple(sorted(self.waiting)),
+            offsets=tuple(PartitionOffset(t, p, o) for (t, p), o in sorted(self.offsets.items())),
+            timed_out=timed_out,
+        )
+
+
+class Barriers:
+    """The open barriers, by event sequence. Loop-side only."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, RevokeBarrier] = {}
+
+    def open(
+        self, event: Event, waiting: Iterable[str], done: Callable[[BarrierOutcome], None]
+    ) -> None:
+        barrier = RevokeBarrier(event, set(waiting), done)
+        if not barrier.waiting:
+            done(barrier.outcome(timed_out=False))
+            return
+        self._open[event.sequence] = barrier
+
+    def expire(self, event: Event) -> RevokeBarrier | None:
+        """Close the event's barrier unanswered; ``None`` when it had closed already."""
+        return self._open.pop(event.sequence, None)
+
+    def settle(
+        self, sub_id: str, event: Event, ok: bool, offsets: tuple[PartitionOffset, ...] = ()
+    ) -> bool:
+        """Hand an answer to the event's open barrier; ``False`` when none was waiting for it
+        (it expired, or the sidecar restarted since the event): its offsets go nowhere."""
+        barrier = self._open.get(event.sequence)
+        if barrier is None:
+            return False
+        taken = barrier.settle(sub_id, ok, offsets)
+        if not barrier.waiting:
+            self._open.pop(event.sequence, None)
+        return taken
+
+    def forget(self, sub_id: str) -> None:
+        """The subscription is gone: no barrier waits for it any longer."""
+        for barrier in list(self._open.values()):
+            self.settle(sub_id, barrier.event, ok=False)
+
+
+def parse_offsets(body: bytes, owned: set[Any]) -> tuple[PartitionOffset, ...]:
+    """Validate ``{"offsets": [{topic, partition, offset}]}`` against the revoked set.
+
+    A body that is not JSON or has no ``offsets`` hands back nothing (a plain ack);
+    anything malformed or naming a partition not being revoked rejects the whole list.
+    """
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return ()
+    if not isinstance(document, dict) or "offsets" not in document:
+        return ()
+    items = document["offsets"]
+    if not isinstance(items, list):
+        raise ValueError("'offsets' must be a list")
+    return tuple(_offset(index, item, owned) for index, item in enumerate(items))
+
+
+def _offset(index: int, item: Any, owned: set[Any]) -> PartitionOffset:
+    if not isinstance(item, dict) or set(item) - {"topic", "partition", "offset", "metadata"}:
+        raise ValueError(f"offsets[{index}] must be {{topic, partition, offset}}")
+    topic, partition, offset = item.get("topic"), item.get("partition"), item.get("offset")
+    if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"offsets[{index}] needs a topic string and a partition >= 0")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offsets[{index}].offset must be an integer >= 0")
+    po = PartitionOffset(topic, partition, offset)
+    if po.tp not in owned:
+        raise ValueError(f"offsets[{index}] names {topic}[{partition}], not being revoked here")
+    return po
