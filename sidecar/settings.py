@@ -70,6 +70,16 @@ RESERVED_KAFKA_PROPERTIES = frozenset(
     }
 )
 
+# The dedicated settings behind the librdkafka properties ``consumer_config`` sets itself.
+_PROPERTY_SETTINGS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "group.id": "group_id",
+    "group.protocol": "group_protocol",
+    "group.instance.id": "group_instance_id",
+    "partition.assignment.strategy": "assignment_strategy",
+    "statistics.interval.ms": "statistics_interval_ms",
+}
+
 _HOST_PORT = re.compile(
     r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
 )
@@ -109,6 +119,12 @@ def kafka_property_name(variable: str) -> str:
     """``SIDECAR_KAFKA_PLUGIN__LIBRARY__PATHS`` -> ``plugin_library_paths``."""
     raw = variable[len(KAFKA_ENV_PREFIX) :].lower()
     return ".".join(part.replace("\0", "_") for part in raw.replace("__", "\0").split("_"))
+
+
+def setting_of_property(name: str) -> str | None:
+    """The variable of the dedicated setting that sets librdkafka property ``name``."""
+    setting = _PROPERTY_SETTINGS.get(name)
+    return f"{ENV_PREFIX}{setting.upper()}" if setting else None
 
 
 def kafka_property_variable(name: str) -> str:
@@ -372,6 +388,24 @@ class Settings(BaseSettings):
     def protocol_name(self) -> Literal["eager", "cooperative"]:
         return "cooperative" if self.cooperative else "eager"
 
+    def consumer_config(self) -> dict[str, Any]:
+        """The librdkafka configuration of the group member, without its callbacks."""
+        config: dict[str, Any] = {
+            **self.kafka,
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "group.protocol": self.group_protocol,
+        }
+        if self.statistics_interval_ms:
+            config["statistics.interval.ms"] = self.statistics_interval_ms
+        if self.group_instance_id:
+            config["group.instance.id"] = self.group_instance_id
+        if self.assignment_strategy:
+            config["partition.assignment.strategy"] = self.assignment_strategy
+        return config
+
     def require_group(self) -> None:
         """The checks that only ``run`` needs (``demo`` fills these in itself)."""
         missing = [
@@ -482,7 +516,7 @@ def load_settings(
         env_file = Path(upper[ENV_FILE_ENV])
     sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
     if env_file is not None:
-        if not env_file.is_file():
+        if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
             raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
         sources.append(_DotEnv(Settings, env_file))
     if config_file is not None:
