@@ -1,4 +1,4 @@
-"""Commands: ``run``, ``demo``, ``analytics``, ``journal export``.
+"""Commands: ``run``, ``demo``, ``settings``, ``analytics``, ``journal export``.
 
 Settings problems end the process with one line naming the setting and exit code 2,
 never a traceback: that is what an operator reading ``kubectl logs`` needs.
@@ -95,6 +95,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run(args.config, args.env_file)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "settings":
+            return _settings_table(args.write)
         if args.command == "journal":
             return _export(args)
     except InvalidSettings as exc:
@@ -126,8 +128,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run the sidecar (settings from SIDECAR_* environment variables)",
         description="Run the sidecar. Settings come from SIDECAR_* environment variables, an "
         "optional dotenv file (SIDECAR_ENV_FILE or --env-file) and an optional YAML/TOML/JSON "
-        "file (SIDECAR_CONFIG_FILE or --config), in that order of precedence; the README "
-        "lists them.",
+        "file (SIDECAR_CONFIG_FILE or --config), in that order of precedence; "
+        "`rebalance-sidecar settings` lists them.",
     )
     run.add_argument("--config", type=Path, help="YAML, TOML or JSON settings file")
     run.add_argument("--env-file", type=Path, help="dotenv file of SIDECAR_* variables")
@@ -145,6 +147,16 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="journal directory (default: a temporary directory)",
+    )
+    settings = commands.add_parser(
+        "settings",
+        help="print the settings as a Markdown table (the README's)",
+        description="Print every setting with its default and meaning as a Markdown table, "
+        "generated from the settings' own descriptions. With --write FILE (repeatable), "
+        "regenerate the table between the markers in FILE instead.",
+    )
+    settings.add_argument(
+        "--write", type=Path, action="append", default=[], help="file with the table markers"
     )
     commands.add_parser(
         "analytics",
@@ -313,6 +325,16 @@ def _check_declared_webhooks(settings: Settings) -> None:
             check_events(spec.events)
         except InvalidSubscription as exc:
             raise InvalidSettings(f"invalid setting SIDECAR_WEBHOOKS[{index}]: {exc}") from None
+
+
+def _settings_table(files: list[Path]) -> int:
+    from sidecar.settings import markdown_table, rewrite_table
+
+    if not files:
+        print(markdown_table(), end="")
+    for path in files:
+        path.write_text(rewrite_table(path.read_text()))
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -48,6 +48,16 @@ ENV_PREFIX = "SIDECAR_"
 KAFKA_ENV_PREFIX = "SIDECAR_KAFKA_"
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
 ENV_FILE_ENV = "SIDECAR_ENV_FILE"
+# The variables that are not settings themselves but say where settings come from.
+_SOURCE_VARIABLES = {
+    ENV_FILE_ENV: "A dotenv file of `SIDECAR_*` lines (a FIFO works too); the environment wins "
+    "over it, it wins over the settings file. Also `run --env-file FILE`.",
+    CONFIG_FILE_ENV: "A YAML (default), TOML (`.toml`) or JSON (`.json`) file with the same "
+    "settings under their lower-case names (`group_id: orders`, a `kafka:` mapping of "
+    "librdkafka properties). Also `run --config FILE`.",
+}
+TABLE_START = "<!-- settings-table:start (generated: rebalance-sidecar settings --write FILE) -->"
+TABLE_END = "<!-- settings-table:end -->"
 
 EVENT_TYPES = (
     "kafka.partitions.assigned",
@@ -268,7 +278,9 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="`debug`, `info`, `warning` or `error`."
+    )
     kafka: dict[str, str] = Field(
         default_factory=dict,
         description="Extra librdkafka properties (`SIDECAR_KAFKA_<NAME>`: `_` -> `.`, "
@@ -577,3 +589,37 @@ def _describe(exc: ValidationError) -> str:
         message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
         lines.append(f"invalid setting {where}: {message}")
     return "; ".join(lines)
+
+
+def markdown_table() -> str:
+    """Every variable with its default and meaning, from the fields' own descriptions."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        variable = f"{KAFKA_ENV_PREFIX}<NAME>" if name == "kafka" else f"{ENV_PREFIX}{name.upper()}"
+        default = _shown_default(field.get_default(call_default_factory=True))
+        meaning = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{variable}` | {default} | {meaning} |")
+    rows.extend(
+        f"| `{variable}` |  | {meaning} |" for variable, meaning in _SOURCE_VARIABLES.items()
+    )
+    return "\n".join(rows) + "\n"
+
+
+def _shown_default(value: Any) -> str:
+    if value is None or value in ((), {}, ""):
+        return ""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    return f"`{value}`"
+
+
+def rewrite_table(text: str) -> str:
+    """``text`` with the table between its markers regenerated."""
+    try:
+        head, rest = text.split(TABLE_START, 1)
+        _, tail = rest.split(TABLE_END, 1)
+    except ValueError:
+        raise InvalidSettings(
+            f"no settings table markers ({TABLE_START} ... {TABLE_END})"
+        ) from None
+    return f"{head}{TABLE_START}\n{markdown_table()}{TABLE_END}{tail}"

@@ -196,7 +196,9 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
 
 
-@pytest.mark.parametrize("args", [[], ["run"], ["demo"], ["journal", "export"], ["analytics"]])
+@pytest.mark.parametrize(
+    "args", [[], ["run"], ["demo"], ["settings"], ["journal", "export"], ["analytics"]]
+)
 def test_every_command_has_help(args: list[str]) -> None:
     done = run({}, *args, "--help")
     assert done.returncode == 0, done.stderr
