@@ -1,26 +1,87 @@
-"""Commands: ``run``, ``demo``, ``analytics``, ``journal export``.
+"""Commands: ``run``, ``demo``, ``settings``, ``analytics``, ``journal export``.
 
 Settings problems end the process with one line naming the setting and exit code 2,
 never a traceback: that is what an operator reading ``kubectl logs`` needs.
+
+As a container's PID 1 the process gets no default action for SIGTERM: a signal that
+arrives before a handler exists is simply lost. So ``main`` installs one first, before
+the heavy imports (pydantic, confluent-kafka, uvicorn); until the daemon takes over the
+signals, a SIGTERM or SIGINT means a clean exit 0. This module therefore imports only
+the standard library at the top.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
+import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sidecar import logs
-from sidecar.settings import InvalidSettings, Settings, load_settings
+if TYPE_CHECKING:
+    from sidecar.settings import Settings
 
 EXIT_USAGE = 2
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Stopped(BaseException):
+    """A stop signal before the daemon's own handling: unwinds to ``main``, exit 0.
+
+    A ``BaseException`` so no ``except Exception`` on the way swallows it.
+    """
+
+
+class _EarlySignals:
+    """Signal handling from the first instant until the daemon installs its own.
+
+    Before start-up has anything to undo, a signal unwinds the stack (``_Stopped``).
+    Once threads are being started (``defer``), it is only recorded, and the daemon is
+    asked to stop as soon as its own handlers are in place (``hand_over``): the normal
+    drain, leaving the group.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def install(self) -> None:
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, self._unwind)
+
+    def _unwind(self, signum: int, frame: object) -> None:
+        self.received = signum
+        raise _Stopped
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+    def defer(self) -> None:
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, self._record)
+
+    def hand_over(self, request_stop: Callable[[], None]) -> None:
+        """Called once the daemon handles the signals itself."""
+        if self.received is not None:
+            request_stop()
+
+
+_signals = _EarlySignals()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _signals.install()
+    try:
+        return _main(argv)
+    except _Stopped:
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from sidecar.settings import InvalidSettings
+
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "analytics":
@@ -31,20 +92,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "run":
-            return _run(args.config)
+            return _run(args.config, args.env_file)
         if args.command == "demo":
-            from sidecar.demo import run_demo
-
-            return run_demo(port=args.port, peers=args.peers, data_dir=args.data_dir)
+            return _demo(args)
+        if args.command == "settings":
+            return _settings_table(args.write)
         if args.command == "journal":
             return _export(args)
     except InvalidSettings as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
     parser.print_help()
     return EXIT_USAGE
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rebalance-sidecar")
+    except PackageNotFoundError:  # a source checkout that was never installed
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,14 +121,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Join a Kafka consumer group for an application and turn its rebalances "
         "into signed, durable, ordered webhooks, SSE and a journal.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
         help="run the sidecar (settings from SIDECAR_* environment variables)",
-        description="Run the sidecar. Settings come from SIDECAR_* environment variables and "
-        "an optional YAML/TOML file (SIDECAR_CONFIG_FILE or --config); the README lists them.",
+        description="Run the sidecar. Settings come from SIDECAR_* environment variables, an "
+        "optional dotenv file (SIDECAR_ENV_FILE or --env-file) and an optional YAML/TOML/JSON "
+        "file (SIDECAR_CONFIG_FILE or --config), in that order of precedence; "
+        "`rebalance-sidecar settings` lists them.",
     )
-    run.add_argument("--config", type=Path, help="YAML or TOML settings file")
+    run.add_argument("--config", type=Path, help="YAML, TOML or JSON settings file")
+    run.add_argument("--env-file", type=Path, help="dotenv file of SIDECAR_* variables")
     demo = commands.add_parser(
         "demo",
         help="run against an embedded mock cluster with simulated peers (no Kafka, no Java)",
@@ -75,6 +147,16 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="journal directory (default: a temporary directory)",
+    )
+    settings = commands.add_parser(
+        "settings",
+        help="print the settings as a Markdown table (the README's)",
+        description="Print every setting with its default and meaning as a Markdown table, "
+        "generated from the settings' own descriptions. With --write FILE (repeatable), "
+        "regenerate the table between the markers in FILE instead.",
+    )
+    settings.add_argument(
+        "--write", type=Path, action="append", default=[], help="file with the table markers"
     )
     commands.add_parser(
         "analytics",
@@ -96,43 +178,144 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run(config: Path | None) -> int:
-    settings = load_settings(os.environ, config)
-    settings.require_group()
-    _check_resolvable(settings)
-    _check_declared_webhooks(settings)
+def _run(config: Path | None, env_file: Path | None) -> int:
+    import structlog
+
+    from sidecar import logs
+    from sidecar.settings import InvalidSettings, load_settings, unknown_variables
+
+    unknown = unknown_variables(os.environ)
+    try:
+        settings = load_settings(os.environ, config, env_file)
+        settings.require_group()
+    except InvalidSettings as exc:
+        # A typo in a variable name is the likeliest cause of a missing setting.
+        raise InvalidSettings("; ".join([str(exc), *unknown])) from None
     logs.configure(settings.log_level, settings.log_format)
+    log = structlog.get_logger("sidecar.cli")
+    for line in unknown:
+        log.warning(line)
+    check_resolvable(settings, warn=log.warning)
+    check_kafka_config(settings)
+    _check_declared_webhooks(settings)
     return run_sidecar(settings)
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from sidecar import logs
+    from sidecar.demo import demo_cluster
+
+    logs.configure("info", "auto")
+    _signals.defer()  # the demo starts threads (peers, the mock cluster) before the daemon
+    with demo_cluster(port=args.port, peers=args.peers, data_dir=args.data_dir) as settings:
+        return run_sidecar(settings)
+
+
 def run_sidecar(settings: Settings) -> int:
+    import asyncio
+
     from sidecar.daemon import Sidecar, StartupError
 
+    # From here on start-up starts threads: a signal is recorded, and acted on as a
+    # normal drain once the daemon's own handlers are installed (its ``ready`` callback).
+    _signals.defer()
     try:
-        return asyncio.run(Sidecar(settings).run())
+        sidecar = Sidecar(settings)
+        return asyncio.run(sidecar.run(ready=lambda _: _signals.hand_over(sidecar.request_stop)))
     except StartupError as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def _check_resolvable(settings: Settings) -> None:
-    """Fail fast when no bootstrap host resolves: that is a typo, not an outage."""
+_PERMANENT_DNS_ERRORS = frozenset(
+    code
+    for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+    if code is not None
+)
+
+
+def check_resolvable(
+    settings: Settings,
+    warn: Callable[..., Any],
+    resolve: Callable[..., Any] = socket.getaddrinfo,
+) -> None:
+    """Fail fast when no bootstrap host exists: that is a typo, not an outage.
+
+    Only a definite "no such name" counts. A temporary failure (``EAI_AGAIN``: the
+    resolver is unreachable, as in a pod whose DNS is not up yet) is an outage that
+    librdkafka rides out by retrying, so it is logged and start-up goes on.
+    """
+    from sidecar.settings import InvalidSettings
+
     assert settings.bootstrap_servers
     problems = []
+    temporary = []
     for entry in settings.bootstrap_servers.split(","):
         host = entry.strip().split("://")[-1].rsplit(":", 1)[0].strip("[]")
         try:
-            socket.getaddrinfo(host, None)
-        except (socket.gaierror, UnicodeError) as exc:
+            resolve(host, None)
+        except UnicodeError as exc:
             problems.append(f"{host}: {exc}")
+        except socket.gaierror as exc:
+            if exc.errno in _PERMANENT_DNS_ERRORS:
+                problems.append(f"{host}: {exc.strerror}")
+            else:
+                temporary.append(f"{host}: {exc.strerror}")
         else:
             return
+    if temporary:
+        warn(
+            "bootstrap servers do not resolve yet; librdkafka keeps retrying",
+            errors=problems + temporary,
+        )
+        return
     raise InvalidSettings(
         "invalid setting SIDECAR_BOOTSTRAP_SERVERS: no host resolves (" + "; ".join(problems) + ")"
     )
 
 
+def check_kafka_config(settings: Settings) -> None:
+    """Let librdkafka judge the final configuration before anything starts.
+
+    Constructing a ``Consumer`` validates every property (names, types, empty values,
+    combinations such as ``session.timeout.ms`` with ``group.protocol=consumer``) without
+    network I/O; a refusal here would otherwise kill the member thread with a traceback
+    while the process keeps serving.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    from sidecar.settings import InvalidSettings
+
+    # log_level 0: the probe's connection attempts to the brokers are not worth a line.
+    config = {**settings.consumer_config(), "log_level": 0}
+    try:
+        Consumer(config).close()
+    except KafkaException as exc:
+        error = exc.args[0]
+        message = error.str() if hasattr(error, "str") else str(error)
+        raise InvalidSettings(
+            f"invalid setting {_culprits(settings, message)}: librdkafka: {message}"
+        ) from None
+
+
+def _culprits(settings: Settings, message: str) -> str:
+    """The variables behind the properties librdkafka's message quotes."""
+    import re
+
+    from sidecar.settings import kafka_property_variable, setting_of_property
+
+    names = []
+    # librdkafka quotes property names in some messages and not in others.
+    for prop in re.findall(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+\b", message):
+        owner = setting_of_property(prop)
+        name = owner if owner else kafka_property_variable(prop)
+        if name not in names:
+            names.append(name)
+    return ", ".join(names) or "SIDECAR_KAFKA_*"
+
+
 def _check_declared_webhooks(settings: Settings) -> None:
+    from sidecar.settings import InvalidSettings
     from sidecar.subscriptions import InvalidSubscription, check_events, check_secret, check_url
 
     for index, spec in enumerate(settings.webhooks):
@@ -144,8 +327,19 @@ def _check_declared_webhooks(settings: Settings) -> None:
             raise InvalidSettings(f"invalid setting SIDECAR_WEBHOOKS[{index}]: {exc}") from None
 
 
+def _settings_table(files: list[Path]) -> int:
+    from sidecar.settings import markdown_table, rewrite_table
+
+    if not files:
+        print(markdown_table(), end="")
+    for path in files:
+        path.write_text(rewrite_table(path.read_text()))
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from sidecar.journal import FILE_NAME, Journal
+    from sidecar.settings import InvalidSettings
 
     if not (args.data_dir / FILE_NAME).exists():
         raise InvalidSettings(f"--data-dir: no journal in {args.data_dir}")

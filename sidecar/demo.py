@@ -9,16 +9,17 @@ suite uses a real broker.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from sidecar import logs
 from sidecar.settings import Settings
 
 TOPICS = ("orders", "payments")
@@ -100,10 +101,10 @@ def start_mock_cluster() -> tuple[Producer, str]:
     return host, bootstrap
 
 
-def run_demo(port: int, peers: int, data_dir: Path | None) -> int:
-    from sidecar.cli import run_sidecar
-
-    logs.configure("info", "auto")
+@contextlib.contextmanager
+def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Settings]:
+    """The mock cluster and its peers for as long as the block runs; yields the settings
+    of a sidecar that joins them (``cli`` runs it: the demo does not know the daemon)."""
     host, bootstrap = start_mock_cluster()
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="rebalance-sidecar-demo-"))
     settings = Settings(
@@ -133,7 +134,7 @@ def run_demo(port: int, peers: int, data_dir: Path | None) -> int:
     )
     started = time.monotonic()
     try:
-        return run_sidecar(settings)
+        yield settings
     finally:
         choreography.stop()
         host.flush(1)

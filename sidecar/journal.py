@@ -3,7 +3,7 @@
 SQLite in WAL mode lets the consumer thread append while the loop reads and records
 deliveries. A ``Journal`` is one connection and belongs to the thread that opened it:
 the consumer thread opens a *durable* one (``synchronous=FULL``: an appended event is on
-disk before the rebalance callback returns, as DESIGN.md promises), the loop opens its
+disk before the rebalance callback returns, as docs/contract.md promises), the loop opens its
 own with ``synchronous=NORMAL`` (a delivery record lost to a power cut only means one
 more redelivery, which at-least-once allows; a process crash loses nothing in WAL mode).
 """

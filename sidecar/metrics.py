@@ -1,6 +1,6 @@
 """Prometheus collectors, registered on an injected ``CollectorRegistry``.
 
-Names are contract (DESIGN.md) and mirror the Java consumer's coordinator metrics
+Names are contract (docs/contract.md) and mirror the Java consumer's coordinator metrics
 (KIP-429). Counters and histograms are updated where things happen (both threads:
 prometheus_client is thread-safe); gauges that describe *state* are read from the
 current snapshot at scrape time by ``StateCollector``, so they can never go stale.

@@ -1,16 +1,21 @@
-"""The one frozen settings object, built once at the edge from the environment and a file.
+"""The one frozen settings object, built once at the edge from the environment and files.
+
+``load_settings`` merges pydantic-settings' own sources, highest priority first: the
+``SIDECAR_*`` environment, a dotenv file (``SIDECAR_ENV_FILE``), a YAML/TOML/JSON settings
+file (``SIDECAR_CONFIG_FILE``), then the defaults. ``Settings(...)`` in code is a plain value
+object: only what it is given, nothing read from the environment.
 
 Every setting is documented with its unit and the reason for its default; the README's
-configuration table is generated from the same descriptions (``Settings.model_fields``).
+configuration table is generated from the same descriptions (``markdown_table``).
 Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,15 +32,32 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    JsonConfigSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
 )
+from pydantic_settings.sources.utils import parse_env_vars
 
 ENV_PREFIX = "SIDECAR_"
 KAFKA_ENV_PREFIX = "SIDECAR_KAFKA_"
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
+ENV_FILE_ENV = "SIDECAR_ENV_FILE"
+# The variables that are not settings themselves but say where settings come from.
+_SOURCE_VARIABLES = {
+    ENV_FILE_ENV: "A dotenv file of `SIDECAR_*` lines (a FIFO works too); the environment wins "
+    "over it, it wins over the settings file. Also `run --env-file FILE`.",
+    CONFIG_FILE_ENV: "A YAML (default), TOML (`.toml`) or JSON (`.json`) file with the same "
+    "settings under their lower-case names (`group_id: orders`, a `kafka:` mapping of "
+    "librdkafka properties). Also `run --config FILE`.",
+}
+TABLE_START = "<!-- settings-table:start (generated: rebalance-sidecar settings --write FILE) -->"
+TABLE_END = "<!-- settings-table:end -->"
 
 EVENT_TYPES = (
     "kafka.partitions.assigned",
@@ -57,6 +79,16 @@ RESERVED_KAFKA_PROPERTIES = frozenset(
         "partition.assignment.strategy",
     }
 )
+
+# The dedicated settings behind the librdkafka properties ``consumer_config`` sets itself.
+_PROPERTY_SETTINGS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "group.id": "group_id",
+    "group.protocol": "group_protocol",
+    "group.instance.id": "group_instance_id",
+    "partition.assignment.strategy": "assignment_strategy",
+    "statistics.interval.ms": "statistics_interval_ms",
+}
 
 _HOST_PORT = re.compile(
     r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
@@ -87,12 +119,27 @@ def kafka_properties_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     """
     props: dict[str, str] = {}
     for key, value in environ.items():
-        if not key.startswith(KAFKA_ENV_PREFIX) or key == KAFKA_ENV_PREFIX:
+        if not key.upper().startswith(KAFKA_ENV_PREFIX) or len(key) == len(KAFKA_ENV_PREFIX):
             continue
-        raw = key[len(KAFKA_ENV_PREFIX) :].lower()
-        name = ".".join(part.replace("\0", "_") for part in raw.replace("__", "\0").split("_"))
-        props[name] = value
+        props[kafka_property_name(key)] = value
     return props
+
+
+def kafka_property_name(variable: str) -> str:
+    """``SIDECAR_KAFKA_PLUGIN__LIBRARY__PATHS`` -> ``plugin_library_paths``."""
+    raw = variable[len(KAFKA_ENV_PREFIX) :].lower()
+    return ".".join(part.replace("\0", "_") for part in raw.replace("__", "\0").split("_"))
+
+
+def setting_of_property(name: str) -> str | None:
+    """The variable of the dedicated setting that sets librdkafka property ``name``."""
+    setting = _PROPERTY_SETTINGS.get(name)
+    return f"{ENV_PREFIX}{setting.upper()}" if setting else None
+
+
+def kafka_property_variable(name: str) -> str:
+    """``session.timeout.ms`` -> ``SIDECAR_KAFKA_SESSION_TIMEOUT_MS`` (inverse of the above)."""
+    return KAFKA_ENV_PREFIX + name.replace("_", "__").replace(".", "_").upper()
 
 
 class Settings(BaseSettings):
@@ -231,7 +278,9 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="`debug`, `info`, `warning` or `error`."
+    )
     kafka: dict[str, str] = Field(
         default_factory=dict,
         description="Extra librdkafka properties (`SIDECAR_KAFKA_<NAME>`: `_` -> `.`, "
@@ -247,7 +296,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # ``load_settings`` merges file and environment (the mapping it is given) itself.
+        # ``Settings(...)`` in code is a value object: exactly what it is given, plus the
+        # defaults. ``load_settings`` passes the environment and file sources explicitly.
         return (init_settings,)
 
     @field_validator("topics", "webhook_allowed_hosts", mode="before")
@@ -265,6 +315,15 @@ class Settings(BaseSettings):
                 return json.loads(value) if value.strip() else ()
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not valid JSON: {exc}") from None
+        return value
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _kafka_values_as_text(cls, value: Any) -> Any:
+        # A file says ``fetch.wait.max.ms: 100`` or ``enable.partition.eof: true``;
+        # librdkafka wants the text ``100`` and ``true``.
+        if isinstance(value, Mapping):
+            return {str(k): _librdkafka_text(v) for k, v in value.items()}
         return value
 
     @field_validator("topics")
@@ -341,6 +400,24 @@ class Settings(BaseSettings):
     def protocol_name(self) -> Literal["eager", "cooperative"]:
         return "cooperative" if self.cooperative else "eager"
 
+    def consumer_config(self) -> dict[str, Any]:
+        """The librdkafka configuration of the group member, without its callbacks."""
+        config: dict[str, Any] = {
+            **self.kafka,
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "group.protocol": self.group_protocol,
+        }
+        if self.statistics_interval_ms:
+            config["statistics.interval.ms"] = self.statistics_interval_ms
+        if self.group_instance_id:
+            config["group.instance.id"] = self.group_instance_id
+        if self.assignment_strategy:
+            config["partition.assignment.strategy"] = self.assignment_strategy
+        return config
+
     def require_group(self) -> None:
         """The checks that only ``run`` needs (``demo`` fills these in itself)."""
         missing = [
@@ -368,51 +445,181 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is not valid: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings")
+def _librdkafka_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+class _Environment(EnvSettingsSource):
+    """``SIDECAR_*`` variables of one mapping (``os.environ`` at the edge), plus the
+    ``SIDECAR_KAFKA_<NAME>`` pass-through that no field name can express."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # The library reads ``os.environ`` here; the CLI hands us that same mapping, tests
+        # a dict of their own.
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+    def __call__(self) -> dict[str, Any]:
+        return _with_kafka_properties(super().__call__(), self.env_vars)
+
+
+class _DotEnv(DotEnvSettingsSource):
+    """The same variables from a dotenv file; unknown ``SIDECAR_*`` names there are
+    warned about like the environment's (``unknown_variables``), not refused."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env_file: Path) -> None:
+        super().__init__(settings_cls, env_file=env_file, dotenv_filtering="only_existing")
+
+    def __call__(self) -> dict[str, Any]:
+        return _with_kafka_properties(super().__call__(), self.env_vars)
+
+
+def _with_kafka_properties(
+    data: dict[str, Any], env_vars: Mapping[str, str | None]
+) -> dict[str, Any]:
+    props = kafka_properties_from_env({k: v for k, v in env_vars.items() if v is not None})
+    if props:
+        # Merged over the file's ``kafka`` mapping by the library (a deep update).
+        data["kafka"] = {**(data.get("kafka") or {}), **props}
     return data
 
 
-def load_settings(environ: Mapping[str, str], config_file: Path | None = None) -> Settings:
-    """Build the settings: file < environment; raise ``InvalidSettings`` naming the culprit."""
-    if config_file is None and environ.get(CONFIG_FILE_ENV):
-        config_file = Path(environ[CONFIG_FILE_ENV])
-    values: dict[str, Any] = _read_file(config_file) if config_file else {}
-    kafka = {str(k): str(v) for k, v in (values.pop("kafka", None) or {}).items()}
-    kafka.update(kafka_properties_from_env(environ))
-    values["kafka"] = kafka
-    upper = {key.upper(): value for key, value in environ.items()}
-    for name in Settings.model_fields:
-        key = f"{ENV_PREFIX}{name.upper()}"
-        if name != "kafka" and key in upper:
-            values[name] = upper[key]
+def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
+    """YAML (the default), TOML or JSON by suffix; the library skips a missing file, but
+    one that was named must exist."""
+    if not path.is_file():
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
     try:
-        return Settings(**values)
+        if path.suffix == ".toml":
+            return TomlConfigSettingsSource(Settings, toml_file=path)
+        if path.suffix == ".json":
+            return JsonConfigSettingsSource(Settings, json_file=path)
+        return YamlConfigSettingsSource(Settings, yaml_file=path)
+    except OSError as exc:
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, yaml.YAMLError) as exc:  # TOMLDecodeError, JSONDecodeError
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is not valid: {_one_line(exc)}") from None
+    except (AttributeError, TypeError):  # a list or a scalar where settings belong
+        raise InvalidSettings(
+            f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings"
+        ) from None
+
+
+def load_settings(
+    environ: Mapping[str, str], config_file: Path | None = None, env_file: Path | None = None
+) -> Settings:
+    """Build the settings: environment > dotenv file > settings file > defaults.
+
+    Raise ``InvalidSettings`` with one line naming every offending setting.
+    """
+    upper = {key.upper(): value for key, value in environ.items()}
+    if config_file is None and upper.get(CONFIG_FILE_ENV):
+        config_file = Path(upper[CONFIG_FILE_ENV])
+    if env_file is None and upper.get(ENV_FILE_ENV):
+        env_file = Path(upper[ENV_FILE_ENV])
+    sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
+    if env_file is not None:
+        if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
+            raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
+        sources.append(_DotEnv(Settings, env_file))
+    if config_file is not None:
+        sources.append(_settings_file_source(config_file))
+    try:
+        # ``_build_sources``: BaseSettings' documented way to hand it ready sources; mypy
+        # sees only the fields in the signature.
+        return Settings(_build_sources=(tuple(sources), {}))  # type: ignore[call-arg]
     except ValidationError as exc:
         raise InvalidSettings(_describe(exc)) from None
     except SettingsError as exc:
-        raise InvalidSettings(f"invalid settings: {exc}") from None
+        # The library's message names the field: "error parsing value for field "kafka"".
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = f"{ENV_PREFIX}{field.group(1).upper()}" if field else "settings"
+        raise InvalidSettings(f"invalid setting {where}: {_one_line(exc)}") from None
+
+
+def known_variables() -> tuple[str, ...]:
+    """Every ``SIDECAR_*`` name the sidecar reads (the Kafka pass-through as its prefix)."""
+    return (
+        *(f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields if name != "kafka"),
+        CONFIG_FILE_ENV,
+        ENV_FILE_ENV,
+    )
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``SIDECAR_*`` variable nothing reads: a typo silently means a default."""
+    known = known_variables()
+    lines = []
+    for key in sorted(environ):
+        name = key.upper()
+        if not name.startswith(ENV_PREFIX) or name in known or name.startswith(KAFKA_ENV_PREFIX):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"unknown variable {key} is ignored{hint}")
+    return lines
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         loc = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden" and loc:
+            close = difflib.get_close_matches(loc[0], list(Settings.model_fields), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            lines.append(f"unknown setting {loc[0]!r} in the settings file{hint}")
+            continue
         name = f"{ENV_PREFIX}{loc[0].upper()}" if loc else "settings"
         if loc and loc[0] == "kafka" and len(loc) > 1:
             name = f"kafka property {loc[1]}"
         where = f"{name}{'[' + ']['.join(loc[1:]) + ']' if len(loc) > 1 else ''}"
-        message = str(error["msg"]).removeprefix("Value error, ")
+        message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
         lines.append(f"invalid setting {where}: {message}")
-    return "\n".join(lines)
+    return "; ".join(lines)
+
+
+def markdown_table() -> str:
+    """Every variable with its default and meaning, from the fields' own descriptions."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        variable = f"{KAFKA_ENV_PREFIX}<NAME>" if name == "kafka" else f"{ENV_PREFIX}{name.upper()}"
+        default = _shown_default(field.get_default(call_default_factory=True))
+        meaning = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{variable}` | {default} | {meaning} |")
+    rows.extend(
+        f"| `{variable}` |  | {meaning} |" for variable, meaning in _SOURCE_VARIABLES.items()
+    )
+    return "\n".join(rows) + "\n"
+
+
+def _shown_default(value: Any) -> str:
+    if value is None or value in ((), {}, ""):
+        return ""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    return f"`{value}`"
+
+
+def rewrite_table(text: str) -> str:
+    """``text`` with the table between its markers regenerated."""
+    try:
+        head, rest = text.split(TABLE_START, 1)
+        _, tail = rest.split(TABLE_END, 1)
+    except ValueError:
+        raise InvalidSettings(
+            f"no settings table markers ({TABLE_START} ... {TABLE_END})"
+        ) from None
+    return f"{head}{TABLE_START}\n{markdown_table()}{TABLE_END}{tail}"

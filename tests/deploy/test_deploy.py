@@ -40,7 +40,7 @@ REQUIRED = [
     "--set",
     "sidecar.kafka.topics={orders}",
 ]
-# DESIGN.md's contract metrics plus the extra ones the dashboard shows.
+# docs/contract.md's contract metrics plus the extra ones the dashboard shows.
 KNOWN_METRICS = {
     "rebalances_total",
     "failed_rebalances_total",

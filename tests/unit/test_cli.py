@@ -9,11 +9,14 @@ import socket
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
 import pytest
 
+from sidecar.cli import check_resolvable
+from sidecar.settings import InvalidSettings, load_settings
 from tests.support.sidecars import REPO, free_port
 
 BASE_ENV = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
@@ -21,6 +24,9 @@ GOOD = {
     "SIDECAR_BOOTSTRAP_SERVERS": "127.0.0.1:9",
     "SIDECAR_GROUP_ID": "g",
     "SIDECAR_TOPICS": "t",
+    # Should a refusal regress, the sidecar that starts takes no fixed port.
+    "SIDECAR_API_PORT": "0",
+    "SIDECAR_ADMIN_PORT": "-1",
 }
 
 
@@ -52,6 +58,13 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_API_HOST": "0.0.0.0"}, "SIDECAR_API_TOKEN"),
         ({"SIDECAR_KAFKA_ENABLE_AUTO_COMMIT": "true"}, "enable.auto.commit"),
         ({"SIDECAR_GROUP_ID": ""}, "SIDECAR_GROUP_ID"),
+        # librdkafka's own refusals, found before the member thread would die of them:
+        ({"SIDECAR_KAFKA_BOGUS_PROP": "1"}, "SIDECAR_KAFKA_BOGUS_PROP"),
+        ({"SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": ""}, "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS"),
+        (
+            {"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000", "SIDECAR_GROUP_PROTOCOL": "consumer"},
+            "SIDECAR_KAFKA_SESSION_TIMEOUT_MS",
+        ),
     ],
 )
 def test_bad_settings_exit_2_with_one_clear_message(env: dict[str, str], named: str) -> None:
@@ -60,6 +73,95 @@ def test_bad_settings_exit_2_with_one_clear_message(env: dict[str, str], named: 
     assert named in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("rebalance-sidecar: ")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_librdkafka_message_is_part_of_the_line() -> None:
+    done = run({**GOOD, "SIDECAR_KAFKA_BOGUS_PROP": "1"}, "run")
+    assert done.returncode == 2
+    assert 'No such configuration property: "bogus.prop"' in done.stderr
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_it_resembles() -> None:
+    env = {k: v for k, v in GOOD.items() if k != "SIDECAR_GROUP_ID"}
+    done = run({**env, "SIDECAR_GROUPID": "g"}, "run")
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "missing required setting(s): SIDECAR_GROUP_ID" in line
+    assert "SIDECAR_GROUPID is ignored (did you mean SIDECAR_GROUP_ID?)" in line
+    # When the settings are otherwise complete the typo is a logged warning, not an error;
+    # here librdkafka's refusal then stops the run.
+    done = run({**GOOD, "SIDECAR_REVOKE_TIMEOUT": "5", "SIDECAR_KAFKA_BOGUS_PROP": "1"}, "run")
+    assert done.returncode == 2
+    warning, error = done.stderr.strip().splitlines()
+    assert "SIDECAR_REVOKE_TIMEOUT is ignored (did you mean SIDECAR_REVOKE_TIMEOUT_MS?)" in warning
+    assert error.startswith("rebalance-sidecar: invalid setting SIDECAR_KAFKA_BOGUS_PROP")
+
+
+def test_a_temporary_dns_failure_is_not_a_settings_error() -> None:
+    """EAI_AGAIN (resolver unreachable) is an outage librdkafka rides out, not a typo.
+
+    A real resolver cannot be made to fail temporarily on demand: this one is a fake.
+    """
+    settings = load_settings({**GOOD, "SIDECAR_BOOTSTRAP_SERVERS": "kafka.example:9092"})
+    warnings: list[tuple[str, dict[str, object]]] = []
+
+    def unreachable(host: str, port: object) -> object:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    def nonexistent(host: str, port: object) -> object:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    check_resolvable(settings, warn=lambda m, **kw: warnings.append((m, kw)), resolve=unreachable)
+    assert warnings and "kafka.example: Temporary failure" in str(warnings[0][1]["errors"])
+    with pytest.raises(InvalidSettings, match="SIDECAR_BOOTSTRAP_SERVERS"):
+        check_resolvable(settings, warn=lambda m, **kw: None, resolve=nonexistent)
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    done = run({}, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"rebalance-sidecar {version('rebalance-sidecar')}"
+
+
+def test_sigterm_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
+    """As PID 1 a signal without a handler is lost; elsewhere it kills (-15). Either way the
+    kubelet's SIGTERM during start-up must stop the sidecar cleanly.
+
+    The dotenv file is a FIFO, so start-up is held, deterministically, in the middle of
+    reading its settings until the signal came.
+    """
+    fifo = tmp_path / "sidecar.env"
+    os.mkfifo(fifo)
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "run"],
+        env={**BASE_ENV, **GOOD, "SIDECAR_ENV_FILE": str(fifo)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        writer = _open_when_read(fifo, sidecar)
+        sidecar.send_signal(signal.SIGTERM)
+        _, stderr = sidecar.communicate(timeout=30)
+        os.close(writer)
+    finally:
+        if sidecar.poll() is None:
+            sidecar.kill()
+            sidecar.wait()
+    assert sidecar.returncode == 0, stderr
+    assert "Traceback" not in stderr
+
+
+def _open_when_read(fifo: Path, process: subprocess.Popen[str]) -> int:
+    """Open the FIFO for writing once the process opened it for reading (ENXIO before)."""
+    while process.poll() is None:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"the sidecar ended before reading its settings: {process.returncode}")
 
 
 def test_config_file_is_read_and_the_environment_wins(tmp_path: Path) -> None:
@@ -94,7 +196,9 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
 
 
-@pytest.mark.parametrize("args", [[], ["run"], ["demo"], ["journal", "export"], ["analytics"]])
+@pytest.mark.parametrize(
+    "args", [[], ["run"], ["demo"], ["settings"], ["journal", "export"], ["analytics"]]
+)
 def test_every_command_has_help(args: list[str]) -> None:
     done = run({}, *args, "--help")
     assert done.returncode == 0, done.stderr

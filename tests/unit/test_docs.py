@@ -1,9 +1,15 @@
-"""The README documents every setting (names are contract)."""
+"""The written contract stays true to the code: settings tables, citations."""
 
 from __future__ import annotations
 
-from sidecar.settings import Settings
+import subprocess
+
+import pytest
+
+from sidecar.settings import TABLE_START, Settings, rewrite_table
 from tests.support.sidecars import REPO
+
+TABLES = ("README.md", "docs/settings.md")
 
 
 def test_readme_lists_every_setting() -> None:
@@ -11,3 +17,34 @@ def test_readme_lists_every_setting() -> None:
     for name in Settings.model_fields:
         env = "SIDECAR_KAFKA_<NAME>" if name == "kafka" else f"SIDECAR_{name.upper()}"
         assert f"`{env}`" in readme, env
+
+
+@pytest.mark.parametrize("path", TABLES)
+def test_settings_tables_are_generated_from_the_settings(path: str) -> None:
+    text = (REPO / path).read_text()
+    assert TABLE_START in text
+    assert rewrite_table(text) == text, (
+        f"{path} is stale: run `rebalance-sidecar settings --write README.md "
+        "--write docs/settings.md`"
+    )
+
+
+def test_the_readme_has_the_real_poll_timeout() -> None:
+    default = Settings.model_fields["poll_timeout_ms"].default
+    assert f"| `SIDECAR_POLL_TIMEOUT_MS` | `{default}` |" in (REPO / "README.md").read_text()
+
+
+def test_the_contract_cited_is_in_the_repository() -> None:
+    """Citations point at docs/, not at a design document the repository does not hold."""
+    assert (REPO / "docs" / "contract.md").is_file()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    citing = [
+        path
+        for path in tracked
+        if path.endswith((".py", ".md", ".yaml", ".sh"))
+        and path != "tests/unit/test_docs.py"  # this test names what it looks for
+        and "DESIGN.md" in (REPO / path).read_text(errors="replace")
+    ]
+    assert citing == []
