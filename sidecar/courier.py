@@ -221,9 +221,9 @@ class Courier:
             self._deliveries.attempted(
                 self.subscription.id, event, DeliveryOutcome.FAILED, attempt=attempt, result=result
             )
-            # Read only now: the age matters only to a delivery that failed.
-            journaled_at = journaled_at or self._journal.first_created_at(event.sequence)
-            if self._policy.exhausted(attempt, journaled_at or time.time(), time.time()):
+            if journaled_at is None:  # read only now: only a failing delivery has an age
+                journaled_at = self._journal.first_created_at(event.sequence) or time.time()
+            if self._policy.exhausted(attempt, journaled_at, time.time()):
                 self._give_up(event, attempt, result)
                 return True
             await self._back_off(event, attempt, result)

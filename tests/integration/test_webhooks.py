@@ -440,3 +440,42 @@ def test_a_declared_webhook_disabled_by_410_is_enabled_again_when_its_url_is_fix
         repaired.wait_stable()
         assert fixed.wait_for(lambda r: len(r) >= 1, 30)
         assert gone.attempts == 1  # one 410 was enough
+
+
+def test_offsets_handed_back_after_the_barrier_expired_are_rejected_and_logged(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    """Issue 11.5a: the rebalance went on without the answer; its offsets are not committed,
+    and the delivery log says why instead of a bare `delivered`."""
+    topic = topic_factory(2)
+
+    def late(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if not event["type"].endswith("revoked"):
+            return 204, None, 0.0
+        offsets = [
+            {"topic": p["topic"], "partition": p["partition"], "offset": 50}
+            for p in event["data"]["partitions"]
+        ]
+        return 200, {"offsets": offsets}, 2.0  # past the 1 s revoke timeout
+
+    with app_with_sidecar(sidecar_factory, group_id, topic, late, revoke_timeout_ms=1000) as (
+        app,
+        sidecar,
+    ):
+        assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+        assert app.wait_for(lambda r: any(x.type.endswith("revoked") for x in r), 30)
+        webhook = sidecar_webhook_id(sidecar)
+
+        def outcomes() -> dict[str, dict[str, Any]]:
+            log = sidecar.client.get(f"/webhooks/{webhook}/deliveries").json()
+            return {d["outcome"]: d for d in log}
+
+        wait_until(lambda: "offsets_rejected" in outcomes(), 30, "offsets_rejected logged")
+        logged = outcomes()
+        assert "barrier expired" in logged["offsets_rejected"]["error"]
+        assert {"barrier_timeout", "delivered"} <= set(logged)
+        assert "offsets_committed" not in logged
+        assert committed(kafka_bootstrap, group_id, topic, 2) == {}

@@ -470,3 +470,20 @@ def test_barriers_follow_registrations_deletions_and_410s(tmp_path: Path) -> Non
         assert outcomes[1].gave_up == (down.id,)
 
     run(scenario, tmp_path)
+
+
+def test_gives_up_by_the_events_age(tmp_path: Path) -> None:
+    """The age is read lazily, at the first failure (17.1): it still ends the retries."""
+    secret = new_secret()
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, lambda e: (500, None, 0.0)) as app:
+            sub = rig.registry.create(
+                url=app.url, events=None, mode="async", secret=secret, timeout_ms=2000
+            )
+            rig.append(assigned())
+            await until(lambda: rig.journal.subscription(sub.id).cursor == 1)  # type: ignore[union-attr]
+            outcomes = [d.outcome for d in rig.journal.deliveries(sub.id, 10)]
+            assert outcomes == [DeliveryOutcome.GAVE_UP, DeliveryOutcome.FAILED]
+
+    run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=0, max_age=0.0))
