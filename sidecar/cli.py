@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ class _EarlySignals:
         self.received: int | None = None
 
     def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # main() called from a thread (a test, an embedding): not ours to handle
         for signum in _STOP_SIGNALS:
             signal.signal(signum, self._unwind)
 
@@ -58,7 +61,16 @@ class _EarlySignals:
     def _record(self, signum: int, frame: object) -> None:
         self.received = signum
 
+    def restore(self) -> None:
+        """For the commands that are not the daemon (export, analytics): the usual
+        handling, so an interrupted export is exit 130, not a clean 0."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def defer(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
         for signum in _STOP_SIGNALS:
             signal.signal(signum, self._record)
 
@@ -84,6 +96,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command not in ("run", "demo"):
+        _signals.restore()
     if args.command == "analytics":
         from sidecar.analytics.job import main as analytics_main
 
@@ -102,6 +116,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except InvalidSettings as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
     parser.print_help()
     return EXIT_USAGE
 

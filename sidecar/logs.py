@@ -32,6 +32,9 @@ def redact(
 
 
 def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "auto") -> None:
+    """``SIDECAR_LOG_FORMAT``: ``json`` one object per line, for a container's log
+    collector; ``console`` structlog's readable renderer, coloured on a terminal; ``auto``
+    the console format when stderr, where the lines go, is a terminal, JSON otherwise."""
     json_lines = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

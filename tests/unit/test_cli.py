@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sidecar.cli import check_resolvable
+from sidecar.cli import _EarlySignals, check_resolvable
 from sidecar.settings import InvalidSettings, load_settings
 from tests.support.sidecars import REPO, free_port
 
@@ -251,3 +251,23 @@ def test_demo_runs_without_java_or_kafka(tmp_path: Path) -> None:
         output, _ = demo.communicate(timeout=60)
     assert demo.returncode == 0, output.decode()[-3000:]
     assert b"curl" in output  # the hint of what to try
+
+
+def test_a_signal_while_the_daemon_starts_is_handed_to_it() -> None:
+    """Once start-up has started threads a signal must not unwind the stack: it is kept
+    and becomes the daemon's normal stop (leave the group) as soon as the daemon handles
+    signals itself. A real signal to this process, through the real handler."""
+    early = _EarlySignals()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        early.defer()
+        os.kill(os.getpid(), signal.SIGTERM)
+        stops: list[bool] = []
+        early.hand_over(lambda: stops.append(True))
+        assert stops == [True]
+        assert early.received == signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    quiet = _EarlySignals()
+    quiet.hand_over(lambda: stops.append(False))
+    assert stops == [True]  # no signal, no stop
