@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from bench.common import Context, SectionResult, Table, Target, compare, ms, percentile, ratio
 from bench.receiver import ReceiverProcess, Record
-from sidecar.daemon import _LoopSide  # the daemon's own wiring, so we measure its path
+from sidecar.components import Fanout  # the daemon's own wiring, so we measure its path
 from sidecar.delivery import Dispatcher, RetryPolicy, sign
 from sidecar.feed import Feed
 from sidecar.handoff import Handoff
@@ -245,7 +245,7 @@ async def _measure(ctx: Context, receiver: ReceiverProcess, n: int, events: int)
             sequence=journal.last_sequence(),
         ),
     )
-    handoff.attach(_LoopSide(dispatcher, Feed(), None))
+    handoff.attach(Fanout(dispatcher, Feed(), None))
     dispatcher.start()
     registry = Registry(journal, dispatcher, ())
     urls = [receiver.url(f"{n}-{i}") for i in range(n)]

@@ -21,15 +21,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
+from sidecar.errors import InvalidSubscription as InvalidSubscription  # re-exported
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
 from sidecar.settings import WebhookSpec
 
 DEFAULT_EVENTS = (EventType.ASSIGNED, EventType.REVOKED, EventType.LOST)
-
-
-class InvalidSubscription(ValueError):
-    """A registration that cannot be accepted; the message says which field and why."""
 
 
 def new_secret() -> str:

@@ -21,6 +21,7 @@ GOOD = {
     "SIDECAR_BOOTSTRAP_SERVERS": "127.0.0.1:9",
     "SIDECAR_GROUP_ID": "g",
     "SIDECAR_TOPICS": "t",
+    "SIDECAR_ADMIN_PORT": "0",  # not the default 8081: tests run side by side
 }
 
 
