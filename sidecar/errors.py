@@ -133,6 +133,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (Forbidden, 403),
     (NotFound, 404),
     (InvalidSubscription, 422),
+    (RequestRefused, 400),  # a caller's mistake without a more precise status
     (MemberRefused, 409),
     (MemberBusy, 503),
     (CommitFailed, 503),
