@@ -8,17 +8,15 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
 
-from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, sign
+from sidecar.components import build_components
+from sidecar.delivery import RetryPolicy, parse_offsets, sign
 from sidecar.handoff import BarrierOutcome
-from sidecar.journal import Journal
-from sidecar.metrics import Metrics
 from sidecar.model import EventDraft, EventType, PartitionOffset, TopicPartition
-from sidecar.subscriptions import InvalidSubscription, Registry, new_secret
+from sidecar.settings import Settings
+from sidecar.subscriptions import InvalidSubscription, new_secret
 from tests.support.receiver import running
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05, max_attempts=0, max_age=60)
@@ -53,14 +51,26 @@ def assigned() -> EventDraft:
 
 
 class Rig:
-    """A journal, a dispatcher and a registry wired as the daemon wires them."""
+    """A journal, a dispatcher and a registry wired by the daemon's own builder."""
 
-    def __init__(self, data_dir: Path, policy: RetryPolicy = FAST) -> None:
-        self.journal = Journal(data_dir, durable=False)
-        self.metrics = Metrics(CollectorRegistry())
-        self.client = httpx.AsyncClient(follow_redirects=False)
-        self.dispatcher = Dispatcher(self.journal, self.client, self.metrics, policy)
-        self.registry = Registry(self.journal, self.dispatcher, ())
+    def __init__(self, data_dir: Path) -> None:
+        self.parts = build_components(
+            Settings(
+                bootstrap_servers="127.0.0.1:9",
+                group_id="g",
+                topics=("t",),
+                data_dir=data_dir,
+                # FAST: retries within a test's patience
+                webhook_backoff_initial_ms=int(FAST.initial * 1000),
+                webhook_backoff_max_ms=int(FAST.maximum * 1000),
+                webhook_max_age_ms=int(FAST.max_age * 1000),
+            )
+        )
+        self.journal = self.parts.journal
+        self.metrics = self.parts.metrics
+        self.dispatcher = self.parts.dispatcher
+        self.registry = self.parts.registry
+        self.parts.start()
 
     def append(self, draft: EventDraft) -> Any:
         event = self.journal.append(draft)
@@ -68,9 +78,7 @@ class Rig:
         return event
 
     async def close(self) -> None:
-        await self.dispatcher.close()
-        await self.client.aclose()
-        self.journal.close()
+        await self.parts.close()
 
 
 def run(test: Callable[[Rig], Coroutine[Any, Any, None]], data_dir: Path) -> None:
