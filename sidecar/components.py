@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import CollectorRegistry
 
+from sidecar import __version__
 from sidecar.delivery import Dispatcher, RetryPolicy
 from sidecar.errors import StartupError
 from sidecar.feed import Feed
@@ -98,6 +99,9 @@ def build_components(
         raise StartupError(f"SIDECAR_DATA_DIR={settings.data_dir}: {exc}") from None
     metrics_registry = metrics_registry or CollectorRegistry()
     metrics = Metrics(metrics_registry)
+    metrics.describe(
+        __version__, settings.group_id, settings.protocol_name, settings.group_protocol
+    )
     initial = Assignment(
         group_id=settings.group_id,
         member_id=None,
