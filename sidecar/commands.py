@@ -8,32 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sidecar.errors import CommitFailed, NotInGroup, NotOwned, StaleGeneration
 from sidecar.handoff import Command
-from sidecar.model import Assignment, PartitionOffset, TopicPartition
-
-
-class NotInGroup(RuntimeError):
-    """The member is not (or no longer) in the group: nothing to enforce or commit as."""
-
-
-class NotOwned(RuntimeError):
-    def __init__(self, foreign: list[TopicPartition]) -> None:
-        self.foreign = foreign
-        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in foreign)
-        super().__init__(f"this member does not own {names}")
-
-
-class CommitFailed(RuntimeError):
-    pass
-
-
-class StaleGeneration(RuntimeError):
-    """``/commit`` named a generation the member has moved on from (Kafka's own fencing)."""
-
-    def __init__(self, requested: int, current: int) -> None:
-        self.requested = requested
-        self.current = current
-        super().__init__(f"generation {requested} is stale: the member is at {current}")
+from sidecar.model import Assignment, PartitionOffset
 
 
 @dataclass(frozen=True)
@@ -58,3 +35,15 @@ class Leave(Command[Assignment]):
     """Close the consumer: revoke (through the barrier), leave the group, stop the thread."""
 
     reason: str
+
+
+__all__ = [  # the errors live in sidecar.errors; re-exported for existing imports
+    "Commit",
+    "CommitFailed",
+    "EnforceRebalance",
+    "EnforceResult",
+    "Leave",
+    "NotInGroup",
+    "NotOwned",
+    "StaleGeneration",
+]

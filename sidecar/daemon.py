@@ -1,10 +1,12 @@
 """Lifecycle of one sidecar process: start, ready, drain, stop — with deadlines.
 
-``Sidecar.run()`` wires the parts (journal, dispatcher, registry, feed, fleet journal,
-group member, HTTP server), then waits for SIGTERM/SIGINT. Stopping is ordered so the
-guarantee holds to the end: the member leaves the group first (its ``revoked`` goes
-through the barrier while the dispatcher still delivers), then deliveries stop, then HTTP.
-The whole stop has a deadline; past it, or on a second signal, the process exits hard.
+``Sidecar.run()`` binds both listeners, builds the parts (``build_components``), starts the
+group member and the HTTP servers, then waits for SIGTERM/SIGINT. Stopping follows
+``STOP_STEPS`` in order so the guarantee holds to the end: the member leaves the group
+first (its ``revoked`` goes through the barrier while the dispatcher still delivers),
+then deliveries stop, the fleet topic is flushed, and HTTP closes last. Every step has its
+own deadline inside the whole stop's (``SIDECAR_SHUTDOWN_TIMEOUT_MS``); past that, or on a
+second signal, the process exits hard.
 """
 
 from __future__ import annotations
@@ -16,32 +18,33 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
 import structlog
 import uvicorn
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from sidecar.api import create_app
+from sidecar.api import create_admin_app, create_app
 from sidecar.commands import Leave
-from sidecar.delivery import Dispatcher, RetryPolicy
+from sidecar.components import Components, build_components
+from sidecar.errors import MemberBusy, MemberGone, StartupError
 from sidecar.feed import Feed
-from sidecar.fleet import FleetJournal
-from sidecar.handoff import BarrierOutcome, Handoff, MemberGone
+from sidecar.handoff import Handoff
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
-from sidecar.metrics import Metrics, StateSources
-from sidecar.model import Assignment, Event, MemberState
+from sidecar.model import Assignment, MemberState
+from sidecar.probes import Lifecycle, Probes
 from sidecar.settings import Settings
 from sidecar.subscriptions import Registry
 
 log = structlog.get_logger("sidecar.daemon")
 
 _PRUNE_EVERY_SECONDS = 60.0
+_JOIN_WATCH_SECONDS = 3600.0
 
-
-class StartupError(Exception):
-    """The sidecar cannot start (port taken, data dir unwritable, ...)."""
+__all__ = ["STOP_STEPS", "Sidecar", "StartupError"]
 
 
 class _Server(uvicorn.Server):
@@ -52,58 +55,89 @@ class _Server(uvicorn.Server):
         yield
 
 
-class _LoopSide:
-    """Where the handoff delivers: one event goes to webhooks, SSE and the fleet topic."""
+@dataclass(slots=True)
+class _Listener:
+    name: str
+    sock: socket.socket
+    server: _Server | None = None
+    task: asyncio.Task[None] | None = None
 
-    def __init__(self, dispatcher: Dispatcher, feed: Feed, fleet: FleetJournal | None) -> None:
-        self._dispatcher = dispatcher
-        self._feed = feed
-        self._fleet = fleet
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
 
-    def on_event(self, event: Event) -> None:
-        self._dispatcher.wake()
-        self._feed.publish(event)
-        if self._fleet is not None:
-            self._fleet.wake()
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
-        self._dispatcher.open_barrier(event, done)
+@dataclass(frozen=True, slots=True)
+class StopStep:
+    """One step of the stop: ``run(sidecar, seconds)`` must be done within ``seconds``."""
 
-    def barrier_expired(self, event: Event) -> BarrierOutcome:
-        return self._dispatcher.barrier_expired(event)
+    name: str
+    cap_seconds: float | None  # None: whatever is left of the whole stop's deadline
+    run: Callable[[Sidecar, float], Awaitable[None]]
 
 
 class Sidecar:
     def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         self.metrics_registry = registry or CollectorRegistry()
-        self.metrics = Metrics(self.metrics_registry)
-        self._stopping = False
-        self._stop_requested: asyncio.Event | None = None
+        self._lifecycle = Lifecycle.CREATED
+        self._parts: Components | None = None
+        self._member: GroupMember | None = None
+        self._stop_requested = asyncio.Event()
         self._signals = 0
-        self.bound_port: int | None = None
+        self._listeners: list[_Listener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.probes = Probes(
+            settings, lambda: self._lifecycle, lambda: self.handoff.snapshot, lambda: self._member
+        )
 
     # -- what the API reads -----------------------------------------------------------------
 
     @property
-    def stopping(self) -> bool:
-        return self._stopping
+    def lifecycle(self) -> Lifecycle:
+        return self._lifecycle
 
-    def liveness(self) -> tuple[bool, str]:
-        member = self._member
-        if member.alive:
-            # A callback may legitimately hold the thread for the revoke timeout.
-            budget = 30.0 + 1.5 * self.settings.revoke_timeout_ms / 1000
-            silent = time.monotonic() - member.last_tick
-            if silent > budget:
-                return False, f"poll loop silent for {silent:.0f} s"
-            return True, "poll loop alive"
-        if self.handoff.snapshot.state is MemberState.STOPPED and (self._stopping or self._drained):
-            return True, "left the group on request"
-        return False, "group member thread died"
+    @property
+    def parts(self) -> Components:
+        if self._parts is None:
+            raise RuntimeError("the sidecar has not started")
+        return self._parts
+
+    @property
+    def handoff(self) -> Handoff:
+        return self.parts.handoff
+
+    @property
+    def registry(self) -> Registry:
+        return self.parts.registry
+
+    @property
+    def journal(self) -> Journal:
+        return self.parts.journal
+
+    @property
+    def feed(self) -> Feed:
+        return self.parts.feed
+
+    @property
+    def stopping(self) -> bool:
+        return self._lifecycle.stopping
+
+    @property
+    def bound_port(self) -> int | None:
+        """The control API's port (useful with ``SIDECAR_API_PORT=0``)."""
+        return self._port("api")
+
+    @property
+    def admin_port(self) -> int | None:
+        return self._port("admin")
+
+    def _port(self, name: str) -> int | None:
+        return next((lst.port for lst in self._listeners if lst.name == name), None)
 
     async def drain(self, deadline: float) -> Assignment | None:
-        self._drained = True
+        if self._lifecycle is Lifecycle.RUNNING:
+            self._lifecycle = Lifecycle.DRAINED
         try:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
@@ -116,65 +150,45 @@ class Sidecar:
     async def run(self, ready: Callable[[Sidecar], None] | None = None) -> int:
         s = self.settings
         loop = asyncio.get_running_loop()
-        self._stop_requested = asyncio.Event()
-        self._drained = False
-        sock = _bind(s.api_host, s.api_port)
-        self.bound_port = sock.getsockname()[1]
+        self._lifecycle = Lifecycle.STARTING
+        self._listeners = _bind_listeners(s)
         try:
-            self.journal = Journal(s.data_dir, durable=False)
-        except OSError as exc:
-            sock.close()
-            raise StartupError(f"SIDECAR_DATA_DIR={s.data_dir}: {exc}") from None
-        initial = Assignment(
-            group_id=s.group_id,
-            member_id=None,
-            group_instance_id=s.group_instance_id,
-            generation_id=-1,
-            protocol=s.protocol_name,
-            state=MemberState.STARTING,
-            partitions=(),
-            sequence=self.journal.last_sequence(),
-        )
-        self.handoff = Handoff(loop, initial)
-        self.feed = Feed()
-        sources = StateSources(pending_events=self.journal.pending_events)
-        self.metrics.observe_state(lambda: self.handoff.snapshot, sources)
-        self.dispatcher = Dispatcher(
-            self.journal,
-            self.metrics,
-            RetryPolicy(
-                s.webhook_backoff_initial_ms / 1000,
-                s.webhook_backoff_max_ms / 1000,
-                s.webhook_max_attempts,
-                s.webhook_max_age_ms / 1000,
-            ),
-        )
-        self.registry = Registry(self.journal, self.dispatcher, s.webhook_allowed_hosts)
-        fleet = FleetJournal(s, self.journal, self.metrics) if s.events_topic else None
-        self.handoff.attach(_LoopSide(self.dispatcher, self.feed, fleet))
-        self.dispatcher.start()
-        self.registry.declare(s.webhooks)
-        if fleet is not None:
-            fleet.start()
-        self._member = GroupMember(s, self.handoff, self.metrics, sources)
+            self._parts = parts = build_components(s, self.metrics_registry)
+        except StartupError:
+            for listener in self._listeners:
+                listener.sock.close()
+            raise
+        parts.start()
+        self._member = GroupMember(s, parts.handoff, parts.metrics, parts.sources)
         self._member.start()
-
-        server = _Server(
-            uvicorn.Config(
-                create_app(self),
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=5,
+        self._lifecycle = Lifecycle.RUNNING
+        apps: dict[str, Callable[[Sidecar], FastAPI]] = {
+            "api": create_app,
+            "admin": create_admin_app,
+        }
+        for listener in self._listeners:
+            listener.server = _Server(
+                uvicorn.Config(
+                    apps[listener.name](self),
+                    log_config=None,
+                    access_log=False,
+                    lifespan="off",
+                    timeout_graceful_shutdown=5,
+                )
             )
-        )
-        serving = loop.create_task(server.serve(sockets=[sock]), name="http")
-        pruning = loop.create_task(self._prune_forever(), name="prune")
+            listener.task = loop.create_task(
+                listener.server.serve(sockets=[listener.sock]), name=f"http-{listener.name}"
+            )
+        self._tasks = [
+            loop.create_task(self._prune_forever(), name="prune"),
+            loop.create_task(self._watch_first_join(), name="first-join"),
+        ]
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
         log.info(
             "sidecar started",
             api=f"http://{s.api_host}:{self.bound_port}",
+            admin=f"http://{s.admin_host}:{self.admin_port}" if self.admin_port else None,
             group_id=s.group_id,
             topics=list(s.topics),
             protocol=s.protocol_name,
@@ -184,11 +198,13 @@ class Sidecar:
         if ready is not None:
             ready(self)
         stop_waiter = loop.create_task(self._stop_requested.wait())
-        await asyncio.wait({serving, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+        serving = {lst.task for lst in self._listeners if lst.task is not None}
+        await asyncio.wait({*serving, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
         exit_code = 0 if stop_waiter.done() else 1
+        stop_waiter.cancel()
         watchdog = _hard_exit_after(s.shutdown_timeout_ms / 1000)
         try:
-            await self._stop(server, serving, pruning, fleet)
+            await self._stop()
         finally:
             watchdog.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -196,8 +212,7 @@ class Sidecar:
         return exit_code
 
     def request_stop(self) -> None:
-        if self._stop_requested is not None:
-            self._stop_requested.set()
+        self._stop_requested.set()
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -209,28 +224,46 @@ class Sidecar:
         )
         self.request_stop()
 
-    async def _stop(
-        self,
-        server: uvicorn.Server,
-        serving: asyncio.Task[None],
-        pruning: asyncio.Task[None],
-        fleet: FleetJournal | None,
-    ) -> None:
-        self._stopping = True
-        budget = self.settings.shutdown_timeout_ms / 1000
+    async def _stop(self) -> None:
+        self._lifecycle = Lifecycle.STOPPING
+        # A little under the hard exit, so the last step can still log that it ran late.
+        deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000 * 0.95
         started = time.monotonic()
-        with contextlib.suppress(MemberGone, TimeoutError):
-            await self.handoff.submit(Leave("sidecar stopping"), timeout=budget)
-        self._member.join(timeout=max(0.1, budget - (time.monotonic() - started)))
-        pruning.cancel()
-        await self.dispatcher.close()
-        if fleet is not None:
-            await fleet.close(timeout=5.0)
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        self.journal.close()
+        for step in STOP_STEPS:
+            remaining = max(0.1, deadline - time.monotonic())
+            seconds = remaining if step.cap_seconds is None else min(step.cap_seconds, remaining)
+            try:
+                await asyncio.wait_for(step.run(self, seconds), seconds + 0.5)
+            except TimeoutError:
+                log.warning("stop step ran out of time; going on", step=step.name, seconds=seconds)
+            except Exception:
+                log.exception("stop step failed; going on", step=step.name)
+        self._lifecycle = Lifecycle.STOPPED
         log.info("sidecar stopped", seconds=round(time.monotonic() - started, 3))
+
+    async def leave_group(self, seconds: float) -> None:
+        with contextlib.suppress(MemberGone, MemberBusy, TimeoutError):
+            await self.handoff.submit(Leave("sidecar stopping"), timeout=seconds)
+        member = self._member
+        if member is not None:
+            await asyncio.to_thread(member.join, max(0.1, seconds))
+
+    async def cancel_tasks(self, seconds: float) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.wait(self._tasks, timeout=seconds)
+
+    async def close_fleet(self, seconds: float) -> None:
+        if self.parts.fleet is not None:
+            await self.parts.fleet.close(timeout=seconds)
+
+    async def close_listeners(self, seconds: float) -> None:
+        for listener in self._listeners:
+            if listener.server is not None:
+                listener.server.should_exit = True
+        tasks = [lst.task for lst in self._listeners if lst.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=seconds)
 
     async def _prune_forever(self) -> None:
         s = self.settings
@@ -243,8 +276,50 @@ class Sidecar:
             if dropped:
                 log.info("journal pruned", events=dropped)
 
+    async def _watch_first_join(self) -> None:
+        """Readiness waits for the first join; the probe alone could miss a short one."""
+        while not self.probes.joined_once:
+            joined = await self.handoff.wait_until(
+                lambda a: a.state is MemberState.STABLE, _JOIN_WATCH_SECONDS
+            )
+            if joined is not None:
+                self.probes.note(joined)
 
-def _bind(host: str, port: int) -> socket.socket:
+
+async def _close_journal(sidecar: Sidecar, seconds: float) -> None:
+    sidecar.journal.close()
+
+
+async def _stop_deliveries(sidecar: Sidecar, seconds: float) -> None:
+    await sidecar.parts.dispatcher.close()
+
+
+#: The stop, in order. The member leaves first, while webhooks are still delivered, so its
+#: ``revoked`` passes the barrier; the listeners close last, so probes answer to the end.
+STOP_STEPS: tuple[StopStep, ...] = (
+    StopStep("leave the group", None, Sidecar.leave_group),
+    StopStep("stop background tasks", 1.0, Sidecar.cancel_tasks),
+    StopStep("stop webhook deliveries", 5.0, _stop_deliveries),
+    StopStep("flush the fleet topic", None, Sidecar.close_fleet),
+    StopStep("close the listeners", 6.0, Sidecar.close_listeners),
+    StopStep("close the journal", 2.0, _close_journal),
+)
+
+
+def _bind_listeners(settings: Settings) -> list[_Listener]:
+    """Bind the control API, then the admin listener (unless ``SIDECAR_ADMIN_PORT=-1``)."""
+    listeners = [_Listener("api", _bind(settings.api_host, settings.api_port, "API"))]
+    if settings.admin_port >= 0:
+        try:
+            admin = _bind(settings.admin_host, settings.admin_port, "ADMIN")
+        except StartupError:
+            listeners[0].sock.close()
+            raise
+        listeners.append(_Listener("admin", admin))
+    return listeners
+
+
+def _bind(host: str, port: int, setting: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio only sets TCP_NODELAY on sockets that say they are TCP,
     # and without it every response waits for the client's delayed ACK (~40 ms).
@@ -255,7 +330,8 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise StartupError(
-            f"cannot listen on {host}:{port} (SIDECAR_API_HOST/SIDECAR_API_PORT): {exc.strerror}"
+            f"cannot listen on {host}:{port} (SIDECAR_{setting}_HOST/SIDECAR_{setting}_PORT): "
+            f"{exc.strerror}"
         ) from None
     sock.listen(128)
     sock.set_inheritable(False)

@@ -112,6 +112,7 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         group_id=GROUP,
         topics=TOPICS,
         api_port=port,
+        admin_port=-1,  # the demo's probes are on the API port; 8081 may be taken
         data_dir=workdir,
         revoke_timeout_ms=5_000,
         statistics_interval_ms=2_000,

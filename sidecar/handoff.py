@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from sidecar.errors import MemberBusy as MemberBusy  # re-exported: the old home
+from sidecar.errors import MemberGone as MemberGone
 from sidecar.model import Assignment, Event, PartitionOffset
 
 T = TypeVar("T")
@@ -33,14 +35,6 @@ T = TypeVar("T")
 
 class Command(Generic[T]):
     """Something only the consumer thread may do; ``T`` is what it answers."""
-
-
-class MemberGone(RuntimeError):
-    """The consumer thread has stopped; the command was not (and will not be) run."""
-
-
-class MemberBusy(RuntimeError):
-    """The consumer thread did not take the command in time; it was withdrawn, never run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sidecar.model import Assignment, MemberState
@@ -42,6 +49,15 @@ _CGRP_STATES = (
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        # The standard process_* and python_info series, on the injected registry (not the
+        # global one), so a scrape of the sidecar has them and tests stay isolated.
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        self.build = Info(
+            f"{PREFIX}build",
+            "The sidecar's version and the group it serves (value always 1).",
+            registry=registry,
+        )
         self.rebalances = Counter(
             f"{PREFIX}rebalances_total",
             "Rebalances this member completed (an assignment for a new generation).",
@@ -112,6 +128,16 @@ class Metrics:
             registry=registry,
         )
 
+    def describe(self, version: str, group_id: str, protocol: str, group_protocol: str) -> None:
+        self.build.info(
+            {
+                "version": version,
+                "group": group_id,
+                "protocol": protocol,
+                "group_protocol": group_protocol,
+            }
+        )
+
     def observe_state(self, snapshot: Callable[[], Assignment], state: StateSources) -> None:
         self.registry.register(StateCollector(snapshot, state))
 
@@ -180,10 +206,11 @@ class StateCollector(Collector):
             )
             join.add_metric([str(cgrp.get("join_state", "unknown"))], 1.0)
             yield join
-            yield _gauge(
-                "librdkafka_rebalances",
-                "Rebalances librdkafka counted for this client (cgrp.rebalance_cnt).",
-                cgrp.get("rebalance_cnt", 0),
+            yield CounterMetricFamily(
+                f"{PREFIX}librdkafka_rebalances",
+                "Rebalances librdkafka counted for this consumer (cgrp.rebalance_cnt; "
+                "restarts from 0 with each new consumer).",
+                value=float(cgrp.get("rebalance_cnt", 0)),
             )
             yield _gauge(
                 "librdkafka_rebalance_age_seconds",
@@ -192,10 +219,17 @@ class StateCollector(Collector):
             )
         brokers = stats.get("brokers") or {}
         if brokers:
-            rtt = GaugeMetricFamily(
-                f"{PREFIX}librdkafka_broker_rtt_seconds",
-                "Broker round-trip time, average and p99 over the statistics window.",
-                labels=["broker", "quantile"],
+            # Not a summary (librdkafka computes the window), so no ``quantile`` label:
+            # one gauge per statistic, as Prometheus' conventions ask.
+            rtt_avg = GaugeMetricFamily(
+                f"{PREFIX}librdkafka_broker_rtt_average_seconds",
+                "Broker round-trip time, average over librdkafka's statistics window.",
+                labels=["broker"],
+            )
+            rtt_p99 = GaugeMetricFamily(
+                f"{PREFIX}librdkafka_broker_rtt_p99_seconds",
+                "Broker round-trip time, 99th percentile over the statistics window.",
+                labels=["broker"],
             )
             up = GaugeMetricFamily(
                 f"{PREFIX}librdkafka_broker_up",
@@ -207,10 +241,11 @@ class StateCollector(Collector):
                 if broker.get("nodeid", -1) == -1:
                     continue  # bootstrap placeholders
                 window = broker.get("rtt") or {}
-                rtt.add_metric([name, "avg"], window.get("avg", 0) / 1e6)
-                rtt.add_metric([name, "0.99"], window.get("p99", 0) / 1e6)
+                rtt_avg.add_metric([name], window.get("avg", 0) / 1e6)
+                rtt_p99.add_metric([name], window.get("p99", 0) / 1e6)
                 up.add_metric([name], 1.0 if broker.get("state") == "UP" else 0.0)
-            yield rtt
+            yield rtt_avg
+            yield rtt_p99
             yield up
 
 

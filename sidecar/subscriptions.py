@@ -28,6 +28,7 @@ import httpx
 import structlog
 
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
+from sidecar.errors import InvalidSubscription as InvalidSubscription  # re-exported
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
 from sidecar.settings import WebhookSpec
@@ -35,10 +36,6 @@ from sidecar.settings import WebhookSpec
 log = structlog.get_logger("sidecar.subscriptions")
 
 DEFAULT_EVENTS = (EventType.ASSIGNED, EventType.REVOKED, EventType.LOST)
-
-
-class InvalidSubscription(ValueError):
-    """A registration that cannot be accepted; the message says which field and why."""
 
 
 def new_secret() -> str:

@@ -52,6 +52,7 @@ class Sidecar:
     ) -> None:
         self.name = name
         self.port = free_port()
+        self.admin_port = free_port()  # never the default 8081: sidecars run side by side
         self.data_dir = data_dir
         self.token = token
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -76,6 +77,8 @@ class Sidecar:
                 "SIDECAR_TOPICS": topics,
                 "SIDECAR_GROUP_PROTOCOL": protocol,
                 "SIDECAR_API_PORT": str(self.port),
+                "SIDECAR_ADMIN_HOST": "127.0.0.1",
+                "SIDECAR_ADMIN_PORT": str(self.admin_port),
                 "SIDECAR_DATA_DIR": str(data_dir),
                 "SIDECAR_REVOKE_TIMEOUT_MS": str(revoke_timeout_ms),
                 "SIDECAR_STATISTICS_INTERVAL_MS": "1000",
@@ -95,7 +98,10 @@ class Sidecar:
         env.update(extra_env or {})
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        api_host = _reachable(env.get("SIDECAR_API_HOST", "127.0.0.1"))
+        admin_host = _reachable(env["SIDECAR_ADMIN_HOST"])
+        self.client = httpx.Client(base_url=f"http://{api_host}:{self.port}", timeout=60)
+        self.admin = httpx.Client(base_url=f"http://{admin_host}:{self.admin_port}", timeout=60)
 
     # -- process -----------------------------------------------------------------------------
 
@@ -139,6 +145,7 @@ class Sidecar:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.client.close()
+        self.admin.close()
 
     @property
     def running(self) -> bool:
@@ -188,6 +195,11 @@ class Sidecar:
                 return
             time.sleep(0.2)
         raise AssertionError(f"{self.name}: not {what} within {timeout} s\n{self.logs()}")
+
+
+def _reachable(host: str) -> str:
+    """Where a client connects to a listener bound to ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host  # noqa: S104
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:

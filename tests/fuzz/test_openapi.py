@@ -21,6 +21,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation.modes import GenerationMode
@@ -152,6 +153,86 @@ def test_every_operation(mode: GenerationMode, api_schema: Any, fuzzed: Sidecar)
     assert len(tested) >= 10  # the whole API, not an empty schema
     for operation in tested:
         fuzz(operation, mode, fuzzed)
+
+
+# -- headers and query strings beyond the schema -------------------------------------------
+
+_HEADER_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"),
+    max_size=40,
+)
+# Digits of every script, signs, exponents, huge numbers: what int() or SQLite may choke on.
+_NUMBERISH = st.one_of(
+    st.text(alphabet=st.characters(categories=["Nd", "No"]), min_size=1, max_size=25),
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.sampled_from(["1e3", "0x10", " 7", "7 ", "+1", "-0", "nan", "inf", "1_000", "²", ""]),
+    _HEADER_TEXT,
+)
+_HEADER_NAMES = st.sampled_from(
+    [
+        "Last-Event-ID",
+        "Accept",
+        "Content-Type",
+        "Authorization",
+        "Origin",
+        "Sec-Fetch-Site",
+        "X-Drain-Token",
+        "Host",
+    ]
+)
+_QUERY_NAMES = st.sampled_from(["after", "wait", "limit", "deadline", "reason", "x"])
+_PATHS = [
+    ("GET", "/assignment"),
+    ("GET", "/events"),
+    ("GET", "/webhooks"),
+    ("GET", "/webhooks/app"),
+    ("GET", "/webhooks/app/deliveries"),
+    ("POST", "/commit"),
+    ("POST", "/enforce-rebalance"),
+    ("POST", "/webhooks"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+]
+
+
+@given(
+    target=st.sampled_from(_PATHS),
+    headers=st.dictionaries(_HEADER_NAMES, st.one_of(_NUMBERISH, _HEADER_TEXT), max_size=4),
+    query=st.dictionaries(_QUERY_NAMES, _NUMBERISH, max_size=3),
+)
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
+def test_any_header_or_query_string_gets_an_answer_not_a_500(
+    fuzzed: Sidecar, target: tuple[str, str], headers: dict[str, str], query: dict[str, str]
+) -> None:
+    method, path = target
+    sent = [(k.encode(), v.strip().encode()) for k, v in headers.items()]  # UTF-8 bytes
+    if path == "/events" and "Accept" not in headers:
+        sent.append((b"Accept", b"application/json"))  # the stream never ends by design
+    if "wait" in query or "deadline" in query:
+        query = {k: v for k, v in query.items() if k not in ("wait", "deadline")}
+    try:
+        response = fuzzed.client.request(
+            method, path, headers=sent, params=query, timeout=httpx.Timeout(10, read=3)
+        )
+    except httpx.ReadTimeout:
+        return  # an SSE stream that was asked for: open and idle, as it should be
+    assert response.status_code < 500 or response.status_code == 503, (
+        method,
+        path,
+        headers,
+        query,
+        response.status_code,
+        response.text[:300],
+    )
+    if response.status_code >= 400:
+        body = response.json()
+        assert "error" in body or path == "/readyz", response.text[:300]
 
 
 def test_drain_last(api_schema: Any, fuzzed: Sidecar) -> None:

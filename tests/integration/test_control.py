@@ -218,7 +218,8 @@ def test_metrics_show_a_slow_blocking_subscriber_in_the_revoke_callback(
     )
     assert "rebalance_sidecar_journal_pending_events" in after
     assert after["rebalance_sidecar_member_state{state=stable}"] == 1
-    assert any(k.startswith("rebalance_sidecar_librdkafka_broker_rtt_seconds") for k in after)
+    rtt = "rebalance_sidecar_librdkafka_broker_rtt_average_seconds"
+    assert any(k.startswith(rtt) for k in after)
 
 
 def test_enforce_is_refused_while_stopping(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from sidecar.subscriptions import new_secret
 from tests.support.kafka import committed
+from tests.support.network import non_loopback_address
 from tests.support.receiver import running
 from tests.support.sidecars import Sidecar, covers, wait_until
 
@@ -78,3 +80,83 @@ def test_drain_delivers_revoked_to_the_app_then_peers_take_over(
         wait_until(lambda: covers(peers, topic, PARTITIONS), 60, "peers cover everything")
 
         assert draining.terminate(timeout=30) == 0  # and the pod's SIGTERM is quick now
+
+
+DRAIN_TOKEN = "kubelet-drain-token"
+
+
+def test_the_kubelet_drains_through_the_admin_listener_with_the_drain_token(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """As ``preStop: httpGet`` does it: a plain GET from off the pod, with one header."""
+    address = non_loopback_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address to call from")
+    topic = topic_factory(PARTITIONS)
+    secret = new_secret()
+
+    def slow_to_flush(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 204, None, 1.0 if event["type"].endswith("revoked") else 0.0
+
+    with running(secret, slow_to_flush) as app:
+        draining = sidecar_factory(
+            group_id,
+            topic,
+            webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}],
+            extra_env={"SIDECAR_ADMIN_HOST": address, "SIDECAR_DRAIN_TOKEN": DRAIN_TOKEN},
+        )
+        peer = sidecar_factory(group_id, topic)
+        wait_until(lambda: covers([draining, peer], topic, PARTITIONS), 60, "both stable")
+        held = draining.partitions()
+        assert str(draining.admin.base_url).startswith(f"http://{address}:")
+
+        for headers in ({}, {"X-Drain-Token": "wrong"}, {"Authorization": f"Bearer {DRAIN_TOKEN}"}):
+            for method in ("GET", "POST"):
+                refused = draining.admin.request(method, "/drain", headers=headers)
+                assert refused.status_code == 401, (method, headers, refused.text)
+                assert "X-Drain-Token" in refused.json()["error"]
+        assert draining.assignment()["state"] == "stable"  # refused calls changed nothing
+
+        answer = draining.admin.get("/drain", headers={"X-Drain-Token": DRAIN_TOKEN})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["drained"] is True
+        assert answer.json()["assignment"]["state"] == "stopped"
+        assert answer.json()["assignment"]["partitions"] == []
+        # It answered only after the app had handled (and answered) its revocation.
+        revoked = app.events("kafka.partitions.revoked")
+        assert revoked and revoked[-1].partitions == held
+        assert revoked[-1].answered_at <= time.time()
+        assert draining.admin.get("/readyz").status_code == 503
+        assert draining.admin.get("/livez").status_code == 200
+        wait_until(lambda: covers([peer], topic, PARTITIONS), 60, "the peer covers everything")
+
+
+def test_without_a_drain_token_only_loopback_callers_may_drain(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    address = non_loopback_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address to call from")
+    topic = topic_factory(2)
+    sidecar = sidecar_factory(group_id, topic, extra_env={"SIDECAR_ADMIN_HOST": "0.0.0.0"})
+    sidecar.wait_stable()
+    remote = httpx.Client(base_url=f"http://{address}:{sidecar.admin_port}", timeout=60)
+    with remote:
+        for method in ("GET", "POST"):
+            refused = remote.request(method, "/drain")
+            assert refused.status_code == 403, refused.text
+            assert "loopback" in refused.json()["error"]
+        assert remote.get("/readyz").status_code == 200  # the probes are for everyone
+    # A browser on this machine is loopback too, but a cross-site page must not drain.
+    for browser in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}):
+        refused = sidecar.admin.get("/drain", headers=browser)
+        assert refused.status_code == 403, (browser, refused.text)
+    assert sidecar.assignment()["state"] == "stable"
+
+    drained = sidecar.admin.post("/drain")
+    assert drained.status_code == 200, drained.text
+    assert drained.json()["assignment"]["state"] == "stopped"

@@ -83,8 +83,15 @@ def test_sse_streams_history_and_live_events_and_resumes(
         e["id"] for e in sidecar.history(after=1)
     ]
 
-    bad = sidecar.client.get("/events", headers={"Last-Event-ID": "yesterday"})
-    assert bad.status_code == 422
+    # Not a sequence: a word, a digit that is not ASCII, past SQLite's INTEGER, negative.
+    for value in ("yesterday", "²", "\u0661", str(2**63), "99999999999999999999999", "-1", "1.5"):
+        bad = sidecar.client.get("/events", headers={b"Last-Event-ID": value.encode()})
+        assert bad.status_code == 400, (value, bad.status_code, bad.text)
+        assert "Last-Event-ID" in bad.json()["error"]
+    for query in ({"after": "²"}, {"after": str(2**63)}, {"limit": "²"}, {"after": "1e3"}):
+        bad = sidecar.client.get("/events", params=query, headers={"Accept": "application/json"})
+        assert 400 <= bad.status_code < 500, (query, bad.status_code, bad.text)
+        assert "error" in bad.json()
 
     page = sidecar.client.get(
         "/events", params={"after": 1, "limit": 2}, headers={"Accept": "application/json"}

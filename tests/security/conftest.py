@@ -18,6 +18,7 @@ OFFLINE = {
     "SIDECAR_GROUP_ID": "security",
     "SIDECAR_TOPICS": "security",
     "SIDECAR_API_PORT": "0",
+    "SIDECAR_ADMIN_PORT": "0",
     "SIDECAR_LOG_FORMAT": "json",
 }
 

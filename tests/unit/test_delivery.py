@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
-from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, retry_after_seconds, sign
+from sidecar.components import build_components
+from sidecar.delivery import RetryPolicy, parse_offsets, retry_after_seconds, sign
 from sidecar.handoff import BarrierOutcome
-from sidecar.journal import Journal
-from sidecar.metrics import Metrics
 from sidecar.model import DeliveryOutcome, EventDraft, EventType, PartitionOffset, TopicPartition
-from sidecar.subscriptions import InvalidSubscription, Registry, new_secret
+from sidecar.settings import Settings
+from sidecar.subscriptions import InvalidSubscription, new_secret
 from tests.support.receiver import running
 from tests.support.sidecars import free_port
 
@@ -55,13 +54,20 @@ def assigned() -> EventDraft:
 
 
 class Rig:
-    """A journal, a dispatcher and a registry wired as the daemon wires them."""
+    """A journal, a dispatcher and a registry wired by the daemon's own builder."""
 
     def __init__(self, data_dir: Path, policy: RetryPolicy = FAST) -> None:
-        self.journal = Journal(data_dir, durable=False)
-        self.metrics = Metrics(CollectorRegistry())
-        self.dispatcher = Dispatcher(self.journal, self.metrics, policy)
-        self.registry = Registry(self.journal, self.dispatcher, ())
+        self.parts = build_components(
+            Settings(
+                bootstrap_servers="127.0.0.1:9", group_id="g", topics=("t",), data_dir=data_dir
+            ),
+            retry=policy,  # retries within a test's patience, bounds settings would refuse
+        )
+        self.journal = self.parts.journal
+        self.metrics = self.parts.metrics
+        self.dispatcher = self.parts.dispatcher
+        self.registry = self.parts.registry
+        self.parts.start()
 
     def append(self, draft: EventDraft) -> Any:
         event = self.journal.append(draft)
@@ -69,8 +75,7 @@ class Rig:
         return event
 
     async def close(self) -> None:
-        await self.dispatcher.close()
-        self.journal.close()
+        await self.parts.close()
 
 
 def run(

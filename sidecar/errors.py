@@ -1,0 +1,186 @@
+"""Every domain error of the sidecar, and the one mapping of them to HTTP statuses.
+
+The tree (the HTTP status each maps to on the right)::
+
+    SidecarError
+    ├── StartupError              cannot start: port taken, data dir unwritable (CLI: exit 2)
+    ├── RequestRefused            the caller's request is wrong                    (4xx)
+    │   ├── BadRequest            undecodable body, non-decimal Last-Event-ID        400
+    │   ├── Unauthorized          missing or wrong credential                        401
+    │   ├── Forbidden             credential-less caller not allowed (cross-site,    403
+    │   │                         non-loopback drain)
+    │   ├── NotFound              no such webhook                                    404
+    │   └── InvalidSubscription   a webhook registration that cannot be accepted     422
+    ├── MemberRefused             the group member's state forbids it             (409)
+    │   ├── NotInGroup            not (or no longer) in the group                    409
+    │   ├── NotOwned              commit for partitions this member does not own     409
+    │   ├── StaleGeneration       commit fenced by a generation the member left      409
+    │   ├── Stopping              the sidecar is stopping                            409
+    │   └── MemberGone            the member thread has stopped                      409
+    ├── MemberBusy                the member thread did not take the command in time 503
+    ├── CommitFailed              Kafka refused the commit                           503
+    └── DeadlinePassed            the awaited change did not happen in time          504
+
+The classes live here; ``sidecar.commands``, ``sidecar.handoff``, ``sidecar.subscriptions``
+and ``sidecar.daemon`` re-export the ones they raise, so older imports keep working.
+``http_status`` is the one place that turns an error into a status: handlers raise, they
+never pick a status themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.model import TopicPartition
+
+#: Seconds a client should wait before retrying after ``MemberBusy`` (the member thread is
+#: usually held by a revoke barrier; a second is enough to find out whether it is free).
+RETRY_AFTER_SECONDS = 1
+
+
+class SidecarError(Exception):
+    """Base of every domain error; ``details`` go into the JSON error body as they are."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class StartupError(SidecarError):
+    """The sidecar cannot start (port taken, data dir unwritable, ...)."""
+
+
+class RequestRefused(SidecarError):
+    """The request itself is wrong; the caller must change it."""
+
+
+class BadRequest(RequestRefused):
+    pass
+
+
+class Unauthorized(RequestRefused):
+    def __init__(self, message: str, challenge: str = "Bearer") -> None:
+        super().__init__(message)
+        self.challenge = challenge  # the WWW-Authenticate scheme the caller must use
+
+
+class Forbidden(RequestRefused):
+    pass
+
+
+class NotFound(RequestRefused):
+    pass
+
+
+class InvalidSubscription(RequestRefused, ValueError):
+    """A registration that cannot be accepted; the message says which field and why."""
+
+
+class MemberRefused(SidecarError, RuntimeError):
+    """The member's state forbids the request now; it may succeed later."""
+
+
+class NotInGroup(MemberRefused):
+    """The member is not (or no longer) in the group: nothing to enforce or commit as."""
+
+
+class NotOwned(MemberRefused):
+    def __init__(self, foreign: list[TopicPartition]) -> None:
+        self.foreign = foreign
+        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in foreign)
+        super().__init__(
+            f"this member does not own {names}",
+            not_owned=[tp.as_dict() for tp in foreign],
+        )
+
+
+class StaleGeneration(MemberRefused):
+    """``/commit`` named a generation the member has moved on from (Kafka's own fencing)."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        self.requested = requested
+        self.current = current
+        super().__init__(
+            f"generation {requested} is stale: the member is at {current}",
+            generation_id=current,
+        )
+
+
+class Stopping(MemberRefused):
+    pass
+
+
+class MemberGone(MemberRefused):
+    """The consumer thread has stopped; the command was not (and will not be) run."""
+
+
+class MemberBusy(SidecarError, RuntimeError):
+    """The consumer thread did not take the command in time; it was withdrawn, never run."""
+
+
+class CommitFailed(SidecarError, RuntimeError):
+    pass
+
+
+class DeadlinePassed(SidecarError):
+    pass
+
+
+_STATUS: tuple[tuple[type[SidecarError], int], ...] = (
+    (BadRequest, 400),
+    (Unauthorized, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (InvalidSubscription, 422),
+    (RequestRefused, 400),  # a caller's mistake without a more precise status
+    (MemberRefused, 409),
+    (MemberBusy, 503),
+    (CommitFailed, 503),
+    (DeadlinePassed, 504),
+)
+
+
+def http_status(error: SidecarError) -> int:
+    """The HTTP status of a domain error (500 only for one that should never reach HTTP)."""
+    for kind, status in _STATUS:
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+def http_headers(error: SidecarError) -> dict[str, str]:
+    """Headers the status needs: the auth scheme for 401, when to retry for 503."""
+    if isinstance(error, Unauthorized):
+        return {"WWW-Authenticate": error.challenge}
+    if isinstance(error, MemberBusy | CommitFailed):
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return {}
+
+
+def http_body(error: SidecarError) -> dict[str, Any]:
+    return {"error": error.message, **error.details}
+
+
+__all__ = [
+    "BadRequest",
+    "CommitFailed",
+    "DeadlinePassed",
+    "Forbidden",
+    "InvalidSubscription",
+    "MemberBusy",
+    "MemberGone",
+    "MemberRefused",
+    "NotFound",
+    "NotInGroup",
+    "NotOwned",
+    "RequestRefused",
+    "SidecarError",
+    "StaleGeneration",
+    "StartupError",
+    "Stopping",
+    "Unauthorized",
+    "http_body",
+    "http_headers",
+    "http_status",
+]

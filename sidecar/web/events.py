@@ -1,0 +1,93 @@
+"""``GET /events``: the journal's events as SSE (resumable), or as JSON history."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
+from sidecar.errors import BadRequest
+from sidecar.model import Event
+from sidecar.web.assignment import MAX_SEQUENCE
+from sidecar.web.runtime import Runtime, RuntimeDep, errors
+
+_DECIMAL = re.compile(r"[0-9]{1,19}")  # ASCII only: str.isdigit() also accepts "²"
+_PING_SECONDS = 15
+
+router = APIRouter(tags=["events"])
+
+
+def sse_frame(event: Event) -> dict[str, str]:
+    """The one SSE encoding of an event: ``id`` = sequence, ``event`` = its type."""
+    return {"id": str(event.sequence), "event": event.type.value, "data": event.body.decode()}
+
+
+def parse_last_event_id(value: str) -> int:
+    text = value.strip()
+    if not _DECIMAL.fullmatch(text) or int(text) > MAX_SEQUENCE:
+        raise BadRequest(
+            f"Last-Event-ID must be an event sequence, a decimal from 0 to {MAX_SEQUENCE}"
+        )
+    return int(text)
+
+
+@router.get(
+    "/events",
+    responses={
+        200: {
+            "content": {"text/event-stream": {}, "application/json": {}},
+            "description": "SSE stream, or JSON history with Accept: application/json",
+        },
+        **errors(400),
+    },
+)
+async def events(
+    request: Request,
+    runtime: RuntimeDep,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQUENCE)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Events as SSE (`id` = sequence; resumes from `Last-Event-ID`), or the journal's
+    history as JSON with `Accept: application/json` (`?after=&limit=`)."""
+    start = after
+    if last_event_id is not None:
+        start = parse_last_event_id(last_event_id)
+    accept = request.headers.get("accept", "")
+    if "application/json" in accept and "text/event-stream" not in accept:
+        history = runtime.journal.events_after(start or 0, limit)
+        return JSONResponse([e.cloudevent for e in history])
+    if start is None:
+        start = runtime.journal.last_sequence()
+    return EventSourceResponse(_stream(runtime, start), ping=_PING_SECONDS)
+
+
+async def _stream(runtime: Runtime, start: int) -> AsyncIterator[dict[str, str]]:
+    with runtime.feed.listen() as listener:
+        last = start
+        while True:  # history first, from the journal
+            batch = runtime.journal.events_after(last, 500)
+            if not batch:
+                break
+            for event in batch:
+                yield sse_frame(event)
+            last = batch[-1].sequence
+        while not listener.overflowed:
+            try:
+                event = await asyncio.wait_for(listener.queue.get(), 5.0)
+            except TimeoutError:
+                if runtime.stopping:
+                    return
+                continue
+            if event.sequence <= last:
+                continue
+            if event.sequence > last + 1:  # a gap (events before we listened): read them
+                for missed in runtime.journal.events_after(last, event.sequence - last - 1):
+                    yield sse_frame(missed)
+            yield sse_frame(event)
+            last = event.sequence

@@ -1,0 +1,278 @@
+"""The HTTP API in process: a real uvicorn server, the daemon's own wiring, no broker.
+
+The member thread is replaced by a scripted one that takes commands from the real handoff
+and answers them with a chosen error: the failure paths a real member produces only at
+the wrong moment (busy in a revoke barrier, fenced by a newer generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from sidecar.api import create_admin_app, create_app
+from sidecar.commands import Commit
+from sidecar.components import Components, build_components
+from sidecar.errors import (
+    BadRequest,
+    DeadlinePassed,
+    MemberBusy,
+    SidecarError,
+    StaleGeneration,
+    StartupError,
+    http_status,
+)
+from sidecar.feed import Feed
+from sidecar.handoff import Handoff
+from sidecar.journal import Journal
+from sidecar.model import Assignment
+from sidecar.probes import Lifecycle, Probes
+from sidecar.settings import Settings
+from sidecar.subscriptions import Registry
+
+
+class InProcess:
+    """A ``Runtime`` over ``build_components``: what ``daemon.Sidecar`` offers the API."""
+
+    def __init__(self, parts: Components) -> None:
+        self.parts = parts
+        self.lifecycle = Lifecycle.RUNNING
+        self.probes = Probes(
+            parts.settings, lambda: self.lifecycle, lambda: self.handoff.snapshot, lambda: None
+        )
+        self.settings: Settings = parts.settings
+        self.handoff: Handoff = parts.handoff
+        self.registry: Registry = parts.registry
+        self.journal: Journal = parts.journal
+        self.feed: Feed = parts.feed
+        self.metrics_registry: CollectorRegistry = parts.metrics_registry
+
+    @property
+    def stopping(self) -> bool:
+        return self.lifecycle.stopping
+
+    async def drain(self, deadline: float) -> Assignment | None:
+        return None
+
+
+class ScriptedMember:
+    """Takes commands off the real handoff, as the member thread does, and fails them."""
+
+    def __init__(self, handoff: Handoff, error: Exception) -> None:
+        self.commands: list[Any] = []
+        self._handoff = handoff
+        self._error = error
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.01):
+            for pending in self._handoff.take_commands():
+                self.commands.append(pending.command)
+                pending.future.set_exception(self._error)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+        await asyncio.sleep(0.01)
+    port = sock.getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+Scenario = Callable[[InProcess, httpx.AsyncClient], Coroutine[Any, Any, None]]
+
+
+def run(tmp_path: Path, scenario: Scenario, admin: bool = False, **settings: Any) -> None:
+    async def main() -> None:
+        parts = build_components(
+            Settings(
+                bootstrap_servers="127.0.0.1:9",
+                group_id="orders",
+                topics=("orders",),
+                data_dir=tmp_path,
+                **settings,
+            )
+        )
+        runtime = InProcess(parts)
+        app = create_admin_app(runtime) if admin else create_app(runtime, command_timeout=0.3)
+        try:
+            async with serving(app) as client:
+                await scenario(runtime, client)
+        finally:
+            await parts.close()
+
+    asyncio.run(main())
+
+
+COMMIT = {"offsets": [{"topic": "orders", "partition": 0, "offset": 5}]}
+
+
+def test_a_busy_member_is_a_503_with_retry_after_never_a_500(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        # Nobody takes commands: the member thread is held (e.g. by a revoke barrier).
+        for path, body in (("/commit", COMMIT), ("/enforce-rebalance", {"reason": "now"})):
+            answer = await client.post(path, json=body)
+            assert answer.status_code == 503, (path, answer.text)
+            assert answer.headers["retry-after"] == "1"
+            assert "did not take the command" in answer.json()["error"]
+
+    run(tmp_path, scenario)
+
+
+def test_commit_names_its_generation_and_a_stale_one_is_409(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        member = ScriptedMember(runtime.handoff, StaleGeneration(requested=3, current=4))
+        try:
+            answer = await client.post("/commit", json={**COMMIT, "generation_id": 3})
+        finally:
+            member.stop()
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["generation_id"] == 4
+        assert "generation 3 is stale" in answer.json()["error"]
+        (command,) = member.commands
+        assert isinstance(command, Commit) and command.generation_id == 3
+        invalid = await client.post("/commit", json={**COMMIT, "generation_id": "seven"})
+        assert invalid.status_code == 422
+
+    run(tmp_path, scenario)
+
+
+BROWSER_REQUESTS: list[dict[str, Any]] = [
+    {"content": b"offsets=1", "headers": {"Content-Type": "application/x-www-form-urlencoded"}},
+    {"content": b'{"offsets": []}', "headers": {"Content-Type": "text/plain"}},
+    {"content": b"--x--", "headers": {"Content-Type": "multipart/form-data; boundary=x"}},
+    {"json": COMMIT, "headers": {"Origin": "http://evil.example"}},
+    {"json": COMMIT, "headers": {"Origin": "null"}},
+    {"json": COMMIT, "headers": {"Sec-Fetch-Site": "cross-site"}},
+    {"headers": {"Sec-Fetch-Site": "same-site"}},
+]
+
+
+@pytest.mark.parametrize("request_", BROWSER_REQUESTS)
+def test_without_a_token_cross_site_browser_requests_cannot_mutate(
+    request_: dict[str, Any], tmp_path: Path
+) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        member = ScriptedMember(runtime.handoff, StaleGeneration(1, 2))
+        try:
+            for method, path in (
+                ("POST", "/commit"),
+                ("POST", "/enforce-rebalance"),
+                ("POST", "/webhooks"),
+                ("POST", "/drain"),
+                ("DELETE", "/webhooks/any"),
+            ):
+                answer = await client.request(method, path, **request_)
+                assert answer.status_code == 403, (method, path, answer.text)
+                assert "refused" in answer.json()["error"]
+            # What curl or an SDK sends still reaches the member.
+            plain = await client.post("/commit", json=COMMIT)
+            assert plain.status_code == 409, plain.text
+            same = await client.post(
+                "/commit", json=COMMIT, headers={"Sec-Fetch-Site": "same-origin"}
+            )
+            assert same.status_code == 409, same.text
+        finally:
+            member.stop()
+        assert len(member.commands) == 2
+
+    run(tmp_path, scenario)
+
+
+def test_openapi_declares_the_bearer_scheme_on_mutations_only(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        spec = (await client.get("/openapi.json")).json()
+        assert spec["components"]["securitySchemes"]["bearer"] == {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "`SIDECAR_API_TOKEN`, required by POST and DELETE when configured.",
+        }
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                secured = {"bearer": []} in operation.get("security", [])
+                assert secured == (method in ("post", "delete")), (method, path)
+                if secured:
+                    assert {"401", "403"} <= set(operation["responses"]), (method, path)
+
+    run(tmp_path, scenario)
+
+
+def test_the_admin_app_has_probes_metrics_drain_and_nothing_else(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for path in ("/livez", "/healthz", "/startupz", "/metrics"):
+            assert (await client.get(path)).status_code == 200, path
+        assert (await client.get("/readyz")).status_code == 503  # never joined
+        for path in ("/assignment", "/openapi.json", "/docs", "/events", "/webhooks"):
+            assert (await client.get(path)).status_code == 404, path
+        runtime.lifecycle = Lifecycle.STOPPING
+        stopping = await client.get("/readyz")
+        assert (stopping.status_code, stopping.json()["reason"]) == (503, "stopping")
+        assert (await client.get("/livez")).status_code == 200
+
+    run(tmp_path, scenario, admin=True)
+
+
+def test_ready_without_group_is_ready_before_joining(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert "ready_without_group" in ready.json()["reason"]
+
+    run(tmp_path, scenario, admin=True, ready_without_group=True)
+
+
+def test_every_domain_error_maps_to_a_deliberate_status() -> None:
+    def subclasses(kind: type[SidecarError]) -> list[type[SidecarError]]:
+        found = []
+        for sub in kind.__subclasses__():
+            found += [sub, *subclasses(sub)]
+        return found
+
+    unmapped = [
+        kind.__name__
+        for kind in subclasses(SidecarError)
+        if kind is not StartupError and http_status(kind.__new__(kind)) == 500
+    ]
+    assert unmapped == []
+    assert http_status(BadRequest("x")) == 400
+    assert http_status(MemberBusy("x")) == 503
+    assert http_status(DeadlinePassed("x")) == 504
+
+
+def test_the_old_homes_of_the_errors_still_export_them() -> None:
+    from sidecar import commands, daemon, errors, handoff, subscriptions
+
+    assert handoff.MemberGone is errors.MemberGone and handoff.MemberBusy is errors.MemberBusy
+    assert commands.NotOwned is errors.NotOwned and commands.CommitFailed is errors.CommitFailed
+    assert commands.StaleGeneration is errors.StaleGeneration
+    assert commands.NotInGroup is errors.NotInGroup
+    assert subscriptions.InvalidSubscription is errors.InvalidSubscription
+    assert daemon.StartupError is errors.StartupError
