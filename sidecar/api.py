@@ -30,6 +30,7 @@ from sidecar.commands import (
     EnforceRebalance,
     NotInGroup,
     NotOwned,
+    StaleGeneration,
 )
 from sidecar.feed import Feed
 from sidecar.handoff import Handoff, MemberGone
@@ -194,7 +195,9 @@ def create_app(runtime: Runtime) -> FastAPI:
         """Commit offsets as the group member. Refused (409) for partitions not owned."""
         offsets = tuple(PartitionOffset(o.topic, o.partition, o.offset) for o in body.offsets)
         try:
-            await runtime.handoff.submit(Commit(offsets), timeout=30)
+            await runtime.handoff.submit(Commit(offsets, body.generation_id), timeout=30)
+        except StaleGeneration as exc:
+            raise ApiError(409, str(exc), current_generation_id=exc.current) from None
         except NotOwned as exc:
             raise ApiError(
                 409,

@@ -52,6 +52,12 @@ class OffsetIn(_Strict):
 
 class CommitIn(_Strict):
     offsets: list[OffsetIn] = Field(min_length=1, max_length=10_000)
+    generation_id: int | None = Field(
+        default=None,
+        ge=-1,
+        le=2**31 - 1,
+        description="Fencing: refused (409) unless the member is still in this generation",
+    )
 
 
 class CommitOut(BaseModel):
