@@ -32,6 +32,9 @@ from sidecar.model import Assignment, Event, PartitionOffset
 
 T = TypeVar("T")
 
+# While a barrier holds the consumer thread, it looks for commands this often.
+BARRIER_SLICE_SECONDS = 0.05
+
 
 class Command(Generic[T]):
     """Something only the consumer thread may do; ``T`` is what it answers."""
@@ -59,7 +62,10 @@ class LoopSide(Protocol):
 
 
 @dataclass(slots=True)
-class _Pending:
+class PendingCommand:
+    """A submitted command. Its future is *running* once the member thread took it: from
+    then on it can no longer be withdrawn, and before that it can never be run."""
+
     command: Command[Any]
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
 
@@ -67,7 +73,7 @@ class _Pending:
 class Handoff:
     def __init__(self, loop: asyncio.AbstractEventLoop, initial: Assignment) -> None:
         self._loop = loop
-        self._commands: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[PendingCommand] = queue.SimpleQueue()
         self._closed = False
         self._side: LoopSide | None = None
         # Read from both sides; replaced (never mutated) by the consumer thread.
@@ -88,8 +94,16 @@ class Handoff:
         if self._side is not None:
             self._call(self._side.on_event, event)
 
-    def await_barrier(self, event: Event, timeout: float) -> BarrierOutcome:
-        """Block the consumer thread until blocking subscribers acknowledged ``event``."""
+    def await_barrier(
+        self, event: Event, timeout: float, serve: Callable[[], None] | None = None
+    ) -> BarrierOutcome:
+        """Block the consumer thread until blocking subscribers acknowledged ``event``.
+
+        The barrier opens *before* the event is announced (both are scheduled in order on
+        the loop), so no answer can arrive for an event whose barrier does not exist yet.
+        ``serve`` runs on this thread every ``BARRIER_SLICE_SECONDS`` while it waits: the
+        application may commit from its revoke handler, and only this thread can commit.
+        """
         side = self._side
         if side is None:
             return BarrierOutcome()
@@ -100,12 +114,18 @@ class Handoff:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_result(outcome)
 
-        if not self._call(side.on_event, event) or not self._call(side.open_barrier, event, done):
+        if not self._call(side.open_barrier, event, done) or not self._call(side.on_event, event):
             return BarrierOutcome()
-        try:
-            return future.result(timeout=max(timeout, 0.0))
-        except TimeoutError:
-            pass
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return future.result(timeout=min(remaining, BARRIER_SLICE_SECONDS))
+            except TimeoutError:
+                if serve is not None:
+                    serve()
         # Ask the loop which subscribers are still missing, briefly: it may be busy.
         expired: concurrent.futures.Future[BarrierOutcome] = concurrent.futures.Future()
 
@@ -122,13 +142,17 @@ class Handoff:
                 pass
         return BarrierOutcome(timed_out=True)
 
-    def take_commands(self) -> list[_Pending]:
-        pending: list[_Pending] = []
+    def take_commands(self) -> list[PendingCommand]:
+        """The commands to run now; withdrawn ones (``MemberBusy``) are skipped for good."""
+        pending: list[PendingCommand] = []
         while True:
             try:
-                pending.append(self._commands.get_nowait())
+                taken = self._commands.get_nowait()
             except queue.Empty:
                 return pending
+            # Atomic against the submitter's cancel(): either withdrawn, or ours to run.
+            if taken.future.set_running_or_notify_cancel():
+                pending.append(taken)
 
     def close(self) -> None:
         """The consumer thread is done: fail whatever is still queued."""
@@ -154,14 +178,27 @@ class Handoff:
         return self._snapshot
 
     async def submit(self, command: Command[T], timeout: float | None = None) -> T:
-        """Run ``command`` on the consumer thread and wait for its answer."""
+        """Run ``command`` on the consumer thread and wait for its answer.
+
+        When the thread has not *taken* the command within ``timeout`` (it is inside a
+        long rebalance callback, say), the command is withdrawn and ``MemberBusy`` raised:
+        it will never run. Once taken, it runs to the end and its answer is awaited.
+        """
         if self._closed:
             raise MemberGone("the group member has stopped")
-        pending = _Pending(command)
+        pending = PendingCommand(command)
         self._commands.put(pending)
         if self._closed:
             self._fail_queued()
-        result: T = await asyncio.wait_for(asyncio.wrap_future(pending.future), timeout)
+        answer = asyncio.wrap_future(pending.future)
+        try:
+            result: T = await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            if pending.future.cancel():
+                raise MemberBusy(
+                    f"the group member did not take the command within {timeout} s"
+                ) from None
+            result = await answer
         return result
 
     async def wait_for_change(self, after_sequence: int, timeout: float) -> Assignment:

@@ -56,6 +56,18 @@ class KafkaLink:
         self.connected = True
         self.error = None
 
+    def contact(self) -> bool:
+        """A broker answered us (a commit, a metadata request): the link is up again.
+
+        Without statistics, an outage that ends without a rebalance would otherwise leave
+        ``connected`` false for good. ``True`` when that changed anything.
+        """
+        changed = not self.connected or (self.error is not None and self.fatal is None)
+        self.connected = True
+        if self.fatal is None:
+            self.error = None
+        return changed
+
     def on_error(self, error: KafkaError) -> None:
         code = error.code()
         self._metrics.kafka_errors.labels(error.name()).inc()

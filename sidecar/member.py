@@ -4,23 +4,24 @@ Only this thread calls the ``Consumer`` (a call from another thread while ``poll
 can block or deadlock). It polls, runs the rebalance callbacks, drains commands between
 polls, journals events and publishes immutable ``Assignment`` snapshots. It holds
 membership and never fetches: whatever it is assigned, it pauses, with auto-commit off.
+What the member *knows* (owned partitions, identity, reasons, rebalance counting) lives
+in ``sidecar.membership``; the ``Consumer`` calls themselves are in ``sidecar.group_calls``.
 
-The generation id has no accessor in confluent-kafka: we read it from the serialized
-consumer group metadata (``consumer_group_metadata()``, librdkafka's
-``rd_kafka_consumer_group_metadata_write``: ``"CGMDv2:"``, then the int32 generation id
-in host byte order, then the NUL-terminated group id, member id and instance id). Under
-``group.protocol=consumer`` that field holds the member epoch. ``generation_of`` checks
-the magic and answers -1 for anything it does not recognise.
+A journal that cannot append is a fail stop (``JOURNAL_FAILED_EXIT``): the member could
+no longer tell its application what it owns, and running on silently would let it act on
+partitions it lost. The process exits, as if killed: the journal keeps what it had, the
+group reassigns after the session timeout, and the application sees its sidecar die.
 """
 
 from __future__ import annotations
 
-import struct
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -34,11 +35,17 @@ from sidecar.commands import (
     EnforceResult,
     Leave,
     NotInGroup,
-    NotOwned,
 )
-from sidecar.handoff import BarrierOutcome, Command, Handoff
+from sidecar.group_calls import (
+    commit_offsets,
+    committed_offsets,
+    generation_of,
+    read_identity,
+)
+from sidecar.handoff import BarrierOutcome, Command, Handoff, PendingCommand
 from sidecar.journal import Journal
 from sidecar.link import KafkaLink
+from sidecar.membership import EnforceOutcome, GroupIdentity, Membership, RebalanceCompleted
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
     Delivery,
@@ -46,30 +53,35 @@ from sidecar.model import (
     Event,
     EventDraft,
     EventType,
-    MemberState,
     PartitionOffset,
     TopicPartition,
 )
 from sidecar.settings import Settings
 
+__all__ = ["JOURNAL_FAILED_EXIT", "GroupMember", "JournalFailed", "generation_of"]
+
 log = structlog.get_logger("sidecar.member")
 
-_CGMD_MAGIC = b"CGMDv2:"
 _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
-# An enforce whose rebalance never completed stops coalescing new requests after this.
-_ENFORCE_COALESCE_SECONDS = 60.0
 # KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
 _KIP848_RESTORE_SECONDS = 0.5
 # Enforce topic names and patterns match no topic; librdkafka reports them as unavailable.
 _ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
+# A journal append is retried after these pauses before the member fails stop.
+_JOURNAL_RETRY_SECONDS = (0.1, 0.5, 1.0)
+JOURNAL_FAILED_EXIT = 70  # EX_SOFTWARE
+# While Kafka looks unreachable, ask it for metadata this often to notice it is back.
+_CONTACT_PROBE_SECONDS = 5.0
 
 
-def generation_of(cgmd: bytes) -> int:
-    if not cgmd.startswith(_CGMD_MAGIC) or len(cgmd) < len(_CGMD_MAGIC) + 4:
-        return -1
-    (generation,) = struct.unpack_from("=i", cgmd, len(_CGMD_MAGIC))
-    return int(generation)
+class JournalFailed(RuntimeError):
+    """The journal refused an append even after retries: the member must stop."""
+
+
+def _exit_process(reason: str) -> None:
+    log.critical("failing stop: exiting the process", reason=reason, code=JOURNAL_FAILED_EXIT)
+    os._exit(JOURNAL_FAILED_EXIT)
 
 
 # -- the member ---------------------------------------------------------------------------
@@ -83,32 +95,36 @@ class GroupMember:
         metrics: Metrics,
         sources: StateSources,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+        journal_factory: Callable[[Path], Journal] = lambda d: Journal(d, durable=True),
+        fail_stop: Callable[[str], None] = _exit_process,
     ) -> None:
         self._settings = settings
         self._handoff = handoff
         self._metrics = metrics
         self._sources = sources
         self._consumer_factory = consumer_factory
+        self._journal_factory = journal_factory
+        self._fail_stop = fail_stop
         self._thread = threading.Thread(target=self._run, name="group-member", daemon=True)
         self._leaving = threading.Event()
         self.last_tick = time.monotonic()  # read by the liveness probe
         # Everything below is touched by the member thread only.
         self._consumer: Consumer | None = None
         self._journal: Journal | None = None
-        self._owned: dict[TopicPartition, None] = {}
-        self._generation = -1
-        self._member_id: str | None = None
-        self._state = MemberState.STARTING
+        self._core = Membership(
+            GroupIdentity(
+                group_id=settings.group_id,
+                group_instance_id=settings.group_instance_id,
+                protocol=settings.protocol_name,
+                kip848=settings.group_protocol == "consumer",
+            )
+        )
         self._link = KafkaLink(metrics, sources, lambda: self._log)
-        self._rebalance_started: float | None = None
-        self._counted_generation: int | None = None
-        self._enforce_pending: str | None = None
         self._nonce = 0
-        self._leave_reason: str | None = None
-        self._assigned_at = 0.0  # monotonic time of the last assignment
-        self._rebalancing_seen_in_stats = False
-        self._enforced_at = 0.0
         self._restore_subscription_at = 0.0
+        self._failed: str | None = None  # set once the member fails stop
+        self._deferred: list[PendingCommand] = []  # taken during a barrier, run after it
+        self._next_contact_probe = 0.0
         self._log = log.bind(group_id=settings.group_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
@@ -127,7 +143,7 @@ class GroupMember:
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._journal = Journal(self._settings.data_dir, durable=True)
+        self._journal = self._journal_factory(self._settings.data_dir)
         try:
             while not self._leaving.is_set():
                 self._session()
@@ -147,8 +163,7 @@ class GroupMember:
             self._log.exception("group member crashed")
             self._link.error = "group member crashed; see logs"
         finally:
-            self._state = MemberState.STOPPED
-            self._owned.clear()
+            self._core.stopped()
             self._publish()
             self._handoff.close()
             self._journal.close()
@@ -157,7 +172,7 @@ class GroupMember:
         self._link.new_session()
         consumer = self._consumer_factory(self._config())
         self._consumer = consumer
-        self._state = MemberState.JOINING
+        self._core.session_started()
         self._publish()
         try:
             self._subscribe()
@@ -170,7 +185,9 @@ class GroupMember:
                     # KIP-848 bumps member epochs without a callback when nothing moves.
                     next_identity_check = now + _IDENTITY_CHECK_SECONDS
                     if self._read_identity(consumer):
-                        self._on_identity_changed()
+                        self._completed(self._core.epoch_moved(time.monotonic()))
+                        self._publish()
+                    self._probe_contact(consumer, now)
                 if self._restore_subscription_at and now >= self._restore_subscription_at:
                     self._restore_subscription_at = 0.0
                     if self._consumer is not None:
@@ -220,7 +237,7 @@ class GroupMember:
         if consumer is None:
             return
         self._log.info("leaving the group", reason=reason)
-        self._leave_reason = reason
+        self._core.leaving(reason)
         try:
             # close() runs the revoke callback (barrier included) and leaves the group;
             # static members send no LeaveGroup, so a quick restart moves nothing.
@@ -229,88 +246,97 @@ class GroupMember:
             self._log.warning("consumer close failed", error=str(exc))
         finally:
             self._consumer = None
-        if self._owned:
+        if self._core.owned and self._failed is None:
             # close() could not run the callback (fatal error): the partitions are gone.
-            self._emit_without_consumer(EventType.LOST, reason)
-        self._state = MemberState.LOST if self._link.fatal else MemberState.STOPPED
+            self._emit_without_consumer(reason)
+        self._core.session_ended(fatal=self._link.fatal is not None)
         self._publish()
+
+    def _probe_contact(self, consumer: Consumer, now: float) -> None:
+        """Kafka looked unreachable: a metadata answer says it is back (no stats needed)."""
+        if self._link.connected or now < self._next_contact_probe:
+            return
+        self._next_contact_probe = now + _CONTACT_PROBE_SECONDS
+        try:
+            consumer.list_topics(timeout=1.0)
+        except KafkaException:
+            return
+        if self._link.contact():
+            self._publish()
 
     # -- commands --------------------------------------------------------------------------
 
     def _serve_commands(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        for pending in deferred + self._handoff.take_commands():
+            self._run_command(pending)
+
+    def _serve_commits(self) -> None:
+        """Inside a revoke barrier: commits only (the app commits from its revoke handler).
+
+        Anything else (enforce, leave) must not run inside a rebalance callback: it waits
+        for the next turn of the poll loop.
+        """
         for pending in self._handoff.take_commands():
-            try:
-                result = self._execute(pending.command)
-            except Exception as exc:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
+            if isinstance(pending.command, Commit):
+                self._run_command(pending)
             else:
-                if not pending.future.done():
-                    pending.future.set_result(result)
+                self._deferred.append(pending)
+
+    def _run_command(self, pending: PendingCommand) -> None:
+        try:
+            result = self._execute(pending.command)
+        except Exception as exc:
+            if not pending.future.done():
+                pending.future.set_exception(exc)
+        else:
+            if not pending.future.done():
+                pending.future.set_result(result)
 
     def _execute(self, command: Command[Any]) -> Any:
         if isinstance(command, Commit):
-            return self._commit_for_app(command.offsets)
+            return self._commit_for_app(command)
         if isinstance(command, EnforceRebalance):
             return self._enforce(command.reason)
         if isinstance(command, Leave):
             self._leaving.set()
             self._close(reason=command.reason)
-            self._state = MemberState.STOPPED
+            self._core.stopped()
             self._publish()
             return self._handoff.snapshot
         raise TypeError(f"unknown command {command!r}")
 
-    def _commit_for_app(self, offsets: tuple[PartitionOffset, ...]) -> tuple[PartitionOffset, ...]:
-        if self._consumer is None or self._state is MemberState.STOPPED:
+    def _commit_for_app(self, command: Commit) -> tuple[PartitionOffset, ...]:
+        if self._consumer is None:
             raise NotInGroup("not in the group")
-        foreign = sorted({po.tp for po in offsets} - set(self._owned))
-        if foreign:
-            raise NotOwned(foreign)
-        self._commit(offsets, source="api")
-        return offsets
+        self._core.check_commit(command.offsets, command.generation_id)
+        self._commit(command.offsets, source="api")
+        return command.offsets
 
     def _commit(self, offsets: tuple[PartitionOffset, ...], source: str) -> None:
         assert self._consumer is not None
-        request = [
-            KafkaTopicPartition(po.topic, po.partition, po.offset)
-            for po in offsets
-            if po.offset is not None
-        ]
         try:
-            results = self._consumer.commit(offsets=request, asynchronous=False)
-        except KafkaException as exc:
+            commit_offsets(self._consumer, offsets)
+        except CommitFailed:
             self._metrics.commits.labels(source, "failed").inc()
-            raise CommitFailed(f"commit failed: {exc.args[0]}") from None
-        failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
-        if failed:
-            self._metrics.commits.labels(source, "failed").inc()
-            raise CommitFailed("commit failed for " + "; ".join(failed))
+            raise
+        self._link.contact()  # the coordinator answered
         self._metrics.commits.labels(source, "committed").inc()
         self._log.info("offsets committed", source=source, offsets=[po.as_dict() for po in offsets])
 
     def _enforce(self, reason: str) -> EnforceResult:
-        if (
-            self._consumer is None
-            or self._member_id is None
-            or self._state in (MemberState.STARTING, MemberState.STOPPED)
-        ):
+        if self._consumer is None:
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        pending = self._enforce_pending is not None and (
-            time.monotonic() - self._enforced_at < _ENFORCE_COALESCE_SECONDS
-        )
-        if pending or self._state in (MemberState.REBALANCING, MemberState.JOINING):
-            # KIP-568: a rebalance is already under way; this request joins it.
+        outcome, draft = self._core.enforce(reason, time.monotonic())
+        if outcome is EnforceOutcome.COALESCED or draft is None:
             self._metrics.enforced.labels("coalesced").inc()
             self._log.info("enforce-rebalance joined the rebalance under way", reason=reason)
-            return EnforceResult(self._generation, started=False)
-        self._enforce_pending = reason
-        self._enforced_at = self._rebalance_started = time.monotonic()
-        self._append(EventType.REBALANCE_REQUESTED, (), reason=reason)
+            return EnforceResult(self._core.generation, started=False)
+        self._handoff.announce(self._journal_event(draft))
         self._rejoin()
         self._metrics.enforced.labels("started").inc()
         self._log.info("enforce-rebalance: rejoining the group", reason=reason)
-        return EnforceResult(self._generation, started=True)
+        return EnforceResult(self._core.generation, started=True)
 
     def _rejoin(self) -> None:
         """librdkafka has no rejoin call (#3446): make it rejoin through subscribe().
@@ -352,26 +378,24 @@ class GroupMember:
                 consumer.assign(partitions)
             if partitions:
                 consumer.pause(partitions)
+            if self._failed is not None:
+                return
             offsets = self._committed(consumer, partitions)
             self._read_identity(consumer)
-            if not self._settings.cooperative:
-                self._owned.clear()
-            for po in offsets:
-                self._owned[po.tp] = None
-            self._state = MemberState.STABLE
-            self._assigned_at = time.monotonic()
-            self._rebalancing_seen_in_stats = False
             self._link.healthy()
-            reason = self._reason()
-            self._count_rebalance()  # before the snapshot shows it: readers see both at once
-            event = self._append(EventType.ASSIGNED, offsets, reason=reason)
+            draft, completed = self._core.assigned(offsets, time.monotonic())
+            self._completed(completed)
+            event = self._journal_event(draft)
+            self._handoff.announce(event)
             self._log.info(
                 "partitions assigned",
                 partitions=len(offsets),
-                owned=len(self._owned),
+                owned=len(self._core.owned),
                 sequence=event.sequence,
                 duration_s=round(time.perf_counter() - started, 4),
             )
+        except JournalFailed as exc:
+            self._failing(str(exc))
         except Exception:
             self._log.exception("on_assign failed")
         finally:
@@ -388,23 +412,29 @@ class GroupMember:
     ) -> None:
         started = time.perf_counter()
         label = "revoked" if kind is EventType.REVOKED else "lost"
+        if self._failed is not None:
+            return
         try:
-            if self._rebalance_started is None:
-                self._rebalance_started = time.monotonic()
             self._read_identity(consumer)
-            taken = tuple(PartitionOffset(p.topic, p.partition, None) for p in partitions)
-            for po in taken:
-                self._owned.pop(po.tp, None)
-            self._state = MemberState.LOST if kind is EventType.LOST else MemberState.REBALANCING
             if kind is EventType.LOST:
                 self._metrics.failed_rebalances.inc()
-            event = self._append(kind, taken, reason=self._reason())
-            outcome = self._handoff.await_barrier(event, self._settings.revoke_timeout_ms / 1000)
-            if outcome.offsets and kind is EventType.REVOKED:
-                self._commit_handed_back(event, outcome)
+            draft = self._core.taken(
+                (TopicPartition(p.topic, p.partition) for p in partitions),
+                kind,
+                time.monotonic(),
+            )
+            event = self._journal_event(draft)
+            try:
+                outcome = self._handoff.await_barrier(
+                    event, self._settings.revoke_timeout_ms / 1000, serve=self._serve_commits
+                )
+                if outcome.offsets and kind is EventType.REVOKED:
+                    self._commit_handed_back(event, outcome)
+            finally:
+                self._core.barrier_over()
             self._log.info(
                 f"partitions {label}",
-                partitions=len(taken),
+                partitions=len(draft.partitions),
                 sequence=event.sequence,
                 acknowledged=len(outcome.acknowledged),
                 gave_up=len(outcome.gave_up),
@@ -412,6 +442,8 @@ class GroupMember:
                 waiting=list(outcome.waiting),
                 duration_s=round(time.perf_counter() - started, 4),
             )
+        except JournalFailed as exc:
+            self._failing(str(exc))
         except Exception:
             self._log.exception(f"on_{label[:-1] if kind is EventType.REVOKED else label} failed")
         finally:
@@ -440,125 +472,91 @@ class GroupMember:
 
     def _on_statistics(self, raw: str) -> None:
         changed, sample = self._link.on_statistics(raw)
-        # A sample taken before our last assignment says nothing about now.
-        if sample.sampled_at > self._assigned_at:
-            if sample.join_state not in (None, "steady", "init") and (
-                self._state is MemberState.STABLE
-            ):
-                self._state = MemberState.REBALANCING
-                self._rebalancing_seen_in_stats = True
-                if self._rebalance_started is None:
-                    self._rebalance_started = time.monotonic()
-                changed = True
-            elif (
-                sample.join_state == "steady"
-                and self._state is MemberState.REBALANCING
-                and self._rebalancing_seen_in_stats
-            ):
-                self._state = MemberState.STABLE  # a rebalance that moved nothing here
-                self._rebalancing_seen_in_stats = False
-                changed = True
+        if self._core.sample(sample.join_state, sample.sampled_at, time.monotonic()):
+            changed = True
         if changed:
             self._publish()
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _reason(self) -> str | None:
-        """Why: the enforce reason when this member asked (KIP-800); else unknown here."""
-        return self._enforce_pending or self._leave_reason
 
     def _committed(
         self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> tuple[PartitionOffset, ...]:
         if not partitions:
             return ()
-        try:
-            found = consumer.committed(
-                [KafkaTopicPartition(p.topic, p.partition) for p in partitions],
-                timeout=self._settings.committed_timeout_ms / 1000,
+        read = committed_offsets(consumer, partitions, self._settings.committed_timeout_ms / 1000)
+        if read.unknown:
+            # The event says "unknown", not "none": the app must not start from the reset
+            # policy (it would reprocess or skip what another member committed).
+            self._metrics.offsets_unknown.inc(read.unknown)
+            self._log.warning(
+                "committed offsets unknown after retries",
+                unknown=read.unknown,
+                attempts=read.attempts,
+                error=read.error,
             )
-        except KafkaException as exc:
-            self._log.warning("could not read committed offsets", error=str(exc))
-            found = [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
-        return tuple(
-            sorted(
-                PartitionOffset(p.topic, p.partition, p.offset if p.offset >= 0 else None)
-                for p in found
-            )
-        )
+        else:
+            self._link.contact()  # the coordinator answered
+        return read.offsets
 
     def _read_identity(self, consumer: Consumer) -> bool:
         """Refresh member id and generation; ``True`` when either changed."""
-        try:
-            member_id = consumer.memberid() or None
-            generation = generation_of(bytes(consumer.consumer_group_metadata()))
-        except (KafkaException, RuntimeError, TypeError):
+        identity = read_identity(consumer)
+        if identity is None or not self._core.identify(*identity):
             return False
-        if member_id == self._member_id and generation == self._generation:
-            return False
-        self._member_id, self._generation = member_id, generation
         self._log = log.bind(
-            group_id=self._settings.group_id, member_id=member_id, generation_id=generation
+            group_id=self._settings.group_id, member_id=identity[0], generation_id=identity[1]
         )
         return True
 
-    def _on_identity_changed(self) -> None:
-        """KIP-848: the member epoch moves without a callback when nothing moves here."""
-        if (
-            self._settings.group_protocol == "consumer"
-            and self._state is MemberState.STABLE
-            and self._generation > (self._counted_generation or -1)
-        ):
-            self._count_rebalance()
-        self._publish()
-
-    def _count_rebalance(self) -> None:
-        if self._generation == self._counted_generation:
+    def _completed(self, completed: RebalanceCompleted | None) -> None:
+        if completed is None:
             return
-        self._counted_generation = self._generation
         self._metrics.rebalances.inc()
         self._sources.last_rebalance_at = time.time()
-        if self._rebalance_started is not None:
-            self._metrics.rebalance_duration.observe(time.monotonic() - self._rebalance_started)
-            self._log.info(
-                "rebalance completed",
-                duration_s=round(time.monotonic() - self._rebalance_started, 4),
-            )
-        self._rebalance_started = None
-        self._enforce_pending = None
+        if completed.duration_s is not None:
+            self._metrics.rebalance_duration.observe(completed.duration_s)
+            self._log.info("rebalance completed", duration_s=round(completed.duration_s, 4))
 
-    def _append(
-        self, kind: EventType, partitions: tuple[PartitionOffset, ...], reason: str | None
-    ) -> Event:
+    def _journal_event(self, draft: EventDraft) -> Event:
+        """Journal ``draft`` (retrying a failing disk) and publish its sequence."""
         assert self._journal is not None
-        draft = EventDraft(
-            type=kind,
-            group_id=self._settings.group_id,
-            member_id=self._member_id,
-            group_instance_id=self._settings.group_instance_id,
-            generation_id=self._generation,
-            protocol=self._settings.protocol_name,
-            partitions=partitions,
-            assignment=tuple(sorted(self._owned)),
-            reason=reason,
-        )
-        event = self._journal.append(draft)
-        self._publish(sequence=event.sequence)
-        self._handoff.announce(event)
-        return event
+        for pause in (*_JOURNAL_RETRY_SECONDS, None):
+            try:
+                event = self._journal.append(draft)
+            except Exception as exc:
+                self._log.error("journal append failed", error=str(exc), retry_in_s=pause)
+                if pause is None:
+                    raise JournalFailed(f"journal append failed: {exc}") from exc
+                time.sleep(pause)
+            else:
+                self._publish(sequence=event.sequence)
+                return event
+        raise AssertionError("unreachable")
 
-    def _emit_without_consumer(self, kind: EventType, reason: str) -> None:
+    def _failing(self, reason: str) -> None:
+        """Fail stop: no more callbacks journal, the loop ends, the process exits."""
+        self._failed = reason
+        self._link.error = reason
+        self._leaving.set()
+        self._publish()
+        self._fail_stop(reason)
+
+    def _emit_without_consumer(self, reason: str) -> None:
         """The consumer died holding partitions: tell subscribers they are lost (gated)."""
         started = time.perf_counter()
-        taken = tuple(PartitionOffset(tp.topic, tp.partition, None) for tp in self._owned)
-        self._owned.clear()
         self._metrics.failed_rebalances.inc()
-        event = self._append(kind, taken, reason=reason)
+        draft = self._core.lost_with_consumer(reason)
+        try:
+            event = self._journal_event(draft)
+        except JournalFailed as exc:
+            self._failing(str(exc))
+            return
         outcome = self._handoff.await_barrier(event, self._settings.revoke_timeout_ms / 1000)
         self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
         self._log.warning(
             "partitions lost with the consumer",
-            partitions=len(taken),
+            partitions=len(draft.partitions),
             sequence=event.sequence,
             reason=reason,
             barrier_timed_out=outcome.timed_out,
@@ -569,10 +567,10 @@ class GroupMember:
         self._handoff.publish(
             replace(
                 current,
-                member_id=self._member_id,
-                generation_id=self._generation,
-                state=self._state,
-                partitions=tuple(sorted(self._owned)),
+                member_id=self._core.member_id,
+                generation_id=self._core.generation,
+                state=self._core.state,
+                partitions=self._core.partitions,
                 sequence=sequence if sequence is not None else current.sequence,
                 updated_at=time.time(),
                 error=self._link.error,

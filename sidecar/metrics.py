@@ -108,6 +108,12 @@ class Metrics:
             ["source", "outcome"],
             registry=registry,
         )
+        self.offsets_unknown = Counter(
+            f"{PREFIX}committed_offsets_unknown_total",
+            "Partitions assigned whose committed offset could not be read within "
+            "SIDECAR_COMMITTED_TIMEOUT_MS (offset_status unknown in the event).",
+            registry=registry,
+        )
         self.enforced = Counter(
             f"{PREFIX}enforced_rebalances_total",
             "Accepted enforce-rebalance requests, by whether they started a rebalance "

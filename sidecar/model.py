@@ -26,6 +26,14 @@ class TopicPartition:
         return {"topic": self.topic, "partition": self.partition}
 
 
+class OffsetStatus(enum.StrEnum):
+    """What an ``assigned`` event's offset means; ``offset`` is null unless committed."""
+
+    COMMITTED = "committed"
+    NONE = "none"  # the group has committed nothing for this partition
+    UNKNOWN = "unknown"  # could not be read in time: NOT "nothing committed"
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class PartitionOffset:
     """A partition with an offset: the committed one (``None`` when there is none)."""
@@ -33,13 +41,21 @@ class PartitionOffset:
     topic: str
     partition: int
     offset: int | None
+    status: OffsetStatus | None = None  # set on assignment, where null is ambiguous
 
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+        entry: dict[str, Any] = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
+        if self.status is not None:
+            entry["offset_status"] = self.status.value
+        return entry
 
 
 class MemberState(enum.StrEnum):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from sidecar.handoff import BarrierOutcome, Command, Handoff, MemberGone
-from sidecar.model import Assignment, Event, EventType, MemberState
+from sidecar.handoff import BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
+from sidecar.model import Assignment, Event, EventType, MemberState, PartitionOffset
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,105 @@ def test_thread_side_never_raises_once_the_loop_is_gone() -> None:
     handoff.publish(initial())
     handoff.announce(Event(1, "x", EventType.ASSIGNED, b"{}"))
     assert handoff.await_barrier(Event(2, "y", EventType.REVOKED, b"{}"), 1.0) == BarrierOutcome()
+
+
+class FastSide(Side):
+    """A subscriber that answers the moment it is told of the event, handing offsets back."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.open: Callable[[BarrierOutcome], None] | None = None
+        self.answers_without_a_barrier = 0
+
+    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+        self.open = done
+
+    def on_event(self, event: Event) -> None:
+        super().on_event(event)
+        if self.open is None:
+            self.answers_without_a_barrier += 1  # the answer would be excluded, offsets lost
+            return
+        self.open(BarrierOutcome(acknowledged=("app",), offsets=(PartitionOffset("t", 0, 9),)))
+
+
+def test_the_barrier_opens_before_the_event_is_announced() -> None:
+    event = Event(1, "id-1", EventType.REVOKED, b"{}")
+
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        side = FastSide()
+        handoff.attach(side)
+        outcome = await asyncio.to_thread(handoff.await_barrier, event, 2.0)
+        assert side.answers_without_a_barrier == 0
+        assert outcome.offsets == (PartitionOffset("t", 0, 9),)
+        assert not outcome.timed_out
+
+    asyncio.run(main())
+
+
+def test_the_waiting_thread_serves_commands_and_the_barrier_waits_for_their_answer() -> None:
+    """A revoke handler that commits first and answers after: the commit must run while
+    the member thread waits on the barrier, on that thread."""
+    event = Event(1, "id-1", EventType.REVOKED, b"{}")
+
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        side = FastSide()
+        side.on_event = Side.on_event.__get__(side)  # type: ignore[method-assign]
+        handoff.attach(side)
+
+        def serve() -> None:
+            for pending in handoff.take_commands():
+                pending.future.set_result(threading.current_thread().name)
+
+        def member() -> BarrierOutcome:
+            return handoff.await_barrier(event, 5.0, serve=serve)
+
+        waiting = asyncio.create_task(asyncio.to_thread(member))
+        while side.open is None:
+            if waiting.done():
+                waiting.result()  # the barrier ended before it opened: show why
+            await asyncio.sleep(0.01)
+        ran_on = await handoff.submit(WhoRunsMe(), timeout=2)
+        side.open(BarrierOutcome(acknowledged=("app",)))
+        outcome = await waiting
+        assert ran_on != threading.current_thread().name
+        assert not outcome.timed_out and outcome.acknowledged == ("app",)
+
+    asyncio.run(main())
+
+
+def test_a_command_not_taken_in_time_is_withdrawn_and_never_runs() -> None:
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        with pytest.raises(MemberBusy):
+            await handoff.submit(WhoRunsMe(), timeout=0.05)  # nobody takes commands
+        # The member thread comes back: the withdrawn command is not handed to it.
+        taken = await asyncio.to_thread(handoff.take_commands)
+        assert taken == []
+
+    asyncio.run(main())
+
+
+def test_a_command_taken_in_time_is_awaited_past_the_timeout() -> None:
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        took, release = threading.Event(), threading.Event()
+
+        def slow_member() -> None:
+            while not (taken := handoff.take_commands()):
+                time.sleep(0.005)
+            took.set()
+            release.wait(10)
+            taken[0].future.set_result("ran")
+
+        thread = threading.Thread(target=slow_member)
+        thread.start()
+        submitted = asyncio.create_task(handoff.submit(WhoRunsMe(), timeout=1.0))
+        assert await asyncio.to_thread(took.wait, 10)
+        await asyncio.sleep(1.2)  # still running when the submit timeout passes
+        release.set()
+        assert await submitted == "ran"
+        await asyncio.to_thread(thread.join, 5)
+
+    asyncio.run(main())

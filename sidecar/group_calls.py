@@ -1,0 +1,116 @@
+"""The ``Consumer`` calls the group member makes, as plain functions of the member thread.
+
+Nothing here keeps state and nothing here may run on another thread: the member thread
+passes its own ``Consumer`` in. What they answer is in the domain's types.
+
+The generation id has no accessor in confluent-kafka: we read it from the serialized
+consumer group metadata (``consumer_group_metadata()``, librdkafka's
+``rd_kafka_consumer_group_metadata_write``: ``"CGMDv2:"``, then the int32 generation id
+in host byte order, then the NUL-terminated group id, member id and instance id). Under
+``group.protocol=consumer`` that field holds the member epoch. ``generation_of`` checks
+the magic and answers -1 for anything it does not recognise.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from sidecar.commands import CommitFailed
+from sidecar.model import OffsetStatus, PartitionOffset
+
+_CGMD_MAGIC = b"CGMDv2:"
+# Between two reads of committed offsets that failed, within the bound.
+_COMMITTED_RETRY_SECONDS = 0.25
+
+
+def generation_of(cgmd: bytes) -> int:
+    if not cgmd.startswith(_CGMD_MAGIC) or len(cgmd) < len(_CGMD_MAGIC) + 4:
+        return -1
+    (generation,) = struct.unpack_from("=i", cgmd, len(_CGMD_MAGIC))
+    return int(generation)
+
+
+def read_identity(consumer: Consumer) -> tuple[str | None, int] | None:
+    """The member id and generation librdkafka holds now; ``None`` while it cannot say."""
+    try:
+        member_id = consumer.memberid() or None
+        generation = generation_of(bytes(consumer.consumer_group_metadata()))
+    except (KafkaException, RuntimeError, TypeError):
+        return None
+    return member_id, generation
+
+
+@dataclass(frozen=True)
+class CommittedOffsets:
+    offsets: tuple[PartitionOffset, ...]
+    attempts: int
+    error: str | None  # the last failure, when some offsets stayed unknown
+
+    @property
+    def unknown(self) -> int:
+        return sum(1 for po in self.offsets if po.status is OffsetStatus.UNKNOWN)
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[KafkaTopicPartition], bound_s: float
+) -> CommittedOffsets:
+    """The committed offsets of ``partitions``, retried until ``bound_s`` has passed.
+
+    What is still unreadable then is ``OffsetStatus.UNKNOWN`` (offset ``None``), never
+    ``NONE``: "nothing committed" would make an application start from the reset policy
+    and reprocess (or skip) a partition someone else committed.
+    """
+    wanted = {(p.topic, p.partition) for p in partitions}
+    found: dict[tuple[str, int], PartitionOffset] = {}
+    deadline = time.monotonic() + bound_s
+    attempts, error = 0, None
+    while wanted - found.keys():
+        attempts += 1
+        ask = sorted(wanted - found.keys())
+        try:
+            answers = consumer.committed(
+                [KafkaTopicPartition(t, p) for t, p in ask],
+                timeout=max(deadline - time.monotonic(), 0.001),
+            )
+        except KafkaException as exc:
+            error, answers = str(exc.args[0]), []
+        for answer in answers:
+            if answer.error is not None:
+                error = str(answer.error)
+                continue
+            found[(answer.topic, answer.partition)] = (
+                PartitionOffset(
+                    answer.topic, answer.partition, answer.offset, OffsetStatus.COMMITTED
+                )
+                if answer.offset >= 0
+                else PartitionOffset(answer.topic, answer.partition, None, OffsetStatus.NONE)
+            )
+        if time.monotonic() + _COMMITTED_RETRY_SECONDS >= deadline:
+            break
+        if wanted - found.keys():
+            time.sleep(_COMMITTED_RETRY_SECONDS)
+    for topic, partition in wanted - found.keys():
+        found[(topic, partition)] = PartitionOffset(topic, partition, None, OffsetStatus.UNKNOWN)
+    missing = any(po.status is OffsetStatus.UNKNOWN for po in found.values())
+    return CommittedOffsets(tuple(sorted(found.values())), attempts, error if missing else None)
+
+
+def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
+    """Commit synchronously; ``CommitFailed`` says which partitions failed and why."""
+    request = [
+        KafkaTopicPartition(po.topic, po.partition, po.offset)
+        for po in offsets
+        if po.offset is not None
+    ]
+    try:
+        results = consumer.commit(offsets=request, asynchronous=False)
+    except KafkaException as exc:
+        raise CommitFailed(f"commit failed: {exc.args[0]}") from None
+    failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
+    if failed:
+        raise CommitFailed("commit failed for " + "; ".join(failed))

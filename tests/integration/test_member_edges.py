@@ -1,0 +1,87 @@
+"""The member thread's edges on a real broker: commits from a revoke handler, fencing by
+generation, a journal that fails (fail stop)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.apps import app_with_sidecar
+from tests.support.kafka import committed
+from tests.support.sidecars import Sidecar, wait_until
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+
+
+def test_a_revoke_handler_commits_through_the_sidecar_then_answers(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    """The app's revoke handler POSTs /commit before it answers: the member thread serves
+    the commit while it waits on the barrier (it still owns the partitions), so the commit
+    succeeds and the barrier is answered long before the revoke timeout."""
+    topic = topic_factory(PARTITIONS)
+    sidecar_port: list[int] = []
+    answers: list[int] = []
+
+    def commit_then_answer(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if event["type"].endswith("revoked"):
+            offsets = [
+                {"topic": p["topic"], "partition": p["partition"], "offset": 70 + p["partition"]}
+                for p in event["data"]["partitions"]
+            ]
+            response = httpx.post(
+                f"http://127.0.0.1:{sidecar_port[0]}/commit",
+                json={"offsets": offsets, "generation_id": event["data"]["generation_id"]},
+                timeout=60,
+            )
+            answers.append(response.status_code)
+        return 200, None, 0.0
+
+    with app_with_sidecar(
+        sidecar_factory, group_id, topic, commit_then_answer, revoke_timeout_ms=20_000
+    ) as (_, sidecar):
+        sidecar_port.append(sidecar.port)
+        enforced = sidecar.client.post("/enforce-rebalance", params={"wait": 60})
+        assert enforced.status_code == 200, enforced.text
+        wait_until(lambda: answers != [], 30, "the revoke handler committed")
+        webhook = sidecar.client.get("/webhooks").json()[0]["id"]
+        log = sidecar.client.get(f"/webhooks/{webhook}/deliveries").json()
+
+    assert answers == [200]
+    assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == {
+        p: 70 + p for p in range(PARTITIONS)
+    }
+    outcomes = [entry["outcome"] for entry in log]
+    assert "delivered" in outcomes and "barrier_timeout" not in outcomes, outcomes
+
+
+def test_a_commit_naming_an_old_generation_is_refused(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    topic = topic_factory(PARTITIONS)
+    sidecar = sidecar_factory(group_id, topic)
+    before = sidecar.wait_stable()
+    generation = before["generation_id"]
+    offsets = [{"topic": topic, "partition": 0, "offset": 5}]
+    ok = sidecar.client.post("/commit", json={"offsets": offsets, "generation_id": generation})
+    assert ok.status_code == 200, ok.text
+    enforced = sidecar.client.post("/enforce-rebalance", params={"wait": 60})
+    assert enforced.status_code == 200, enforced.text
+    assert enforced.json()["generation_id"] > generation
+
+    stale = [{"topic": topic, "partition": 0, "offset": 9}]
+    refused = sidecar.client.post("/commit", json={"offsets": stale, "generation_id": generation})
+    assert refused.status_code == 409, refused.text
+    assert "stale" in refused.json()["error"]
+    assert committed(kafka_bootstrap, group_id, topic, PARTITIONS)[0] == 5
