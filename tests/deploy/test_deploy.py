@@ -27,6 +27,7 @@ import httpx
 import pytest
 import yaml
 
+from sidecar.settings import ENV_PREFIX, Settings, load_settings
 from tests.support.sidecars import COMMAND
 
 REPO = Path(__file__).resolve().parents[2]
@@ -694,6 +695,74 @@ def test_chart_image_tag_is_the_app_version() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert values["sidecar"]["image"]["tag"] == chart["appVersion"] == project["version"]
+
+
+# -- what the sidecar makes of the manifests' environment ---------------------------------------
+
+# Stand-ins for values that come from Secrets or the downward API.
+SECRET_STANDINS = {
+    "SIDECAR_API_TOKEN": "token-from-a-secret",
+    "SIDECAR_WEBHOOKS": json.dumps(
+        [{"id": "app", "url": "http://127.0.0.1:8082/rebalance", "secret": "whsec_c2VjcmV0"}]
+    ),
+    "SIDECAR_GROUP_INSTANCE_ID": "orders-0",
+}
+
+
+def sidecar_environ(
+    sidecar: dict[str, Any], config: dict[str, str] | None = None
+) -> dict[str, str]:
+    environ = dict(config or {})
+    for item in sidecar["env"]:
+        name = item["name"]
+        environ[name] = item["value"] if "value" in item else SECRET_STANDINS.get(name, "x")
+    return environ
+
+
+def assert_the_sidecar_accepts(environ: dict[str, str]) -> Settings:
+    # load_settings reads only the names it knows: a misspelt one would be ignored.
+    fields = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    unknown = {
+        name
+        for name in environ
+        if name.startswith(ENV_PREFIX)
+        and not name.startswith(f"{ENV_PREFIX}KAFKA_")
+        and name not in fields
+    }
+    assert not unknown, f"not sidecar settings: {sorted(unknown)}"
+    return load_settings(environ)
+
+
+@pytest.mark.parametrize(
+    "values", sorted((CHART / "ci").glob("*-values.yaml")), ids=lambda p: p.name
+)
+def test_the_sidecar_accepts_the_environment_the_chart_gives_it(tools: None, values: Path) -> None:
+    docs = render("--values", values)
+    workload = next(d for d in docs if d["kind"] in {"Deployment", "StatefulSet"})
+    spec = workload["spec"]["template"]["spec"]
+    containers = spec.get("initContainers", []) + spec["containers"]
+    settings = assert_the_sidecar_accepts(
+        sidecar_environ(container(containers, "rebalance-sidecar"))
+    )
+    assert settings.admin_port == 8081
+    assert settings.drain_token is not None
+    hooks = [c["lifecycle"]["preStop"] for c in containers if "lifecycle" in c]
+    for hook in (h["httpGet"] for h in hooks if "httpGet" in h):
+        assert hook["port"] == settings.admin_port
+        assert hook["httpHeaders"] == [
+            {"name": "X-Drain-Token", "value": settings.drain_token.get_secret_value()}
+        ]
+
+
+def test_the_sidecar_accepts_the_environment_of_the_kustomize_base(tools: None) -> None:
+    result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / "base")
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    sidecar = container(pod_spec(docs)["initContainers"], "rebalance-sidecar")
+    settings = assert_the_sidecar_accepts(sidecar_environ(sidecar, one(docs, "ConfigMap")["data"]))
+    assert (settings.api_host, settings.api_port) == ("127.0.0.1", 8080)
+    assert settings.api_token is None
+    assert settings.assignment_strategy == "cooperative-sticky"
 
 
 # -- the preStop hooks, sent for real ----------------------------------------------------------
