@@ -241,10 +241,16 @@ cmd_wheels() {
   find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
   local base
   base="$("$PY" -c 'import sys; print(sys._base_executable)')"
-  say "pip wheel --constraint constraints.txt (as the builder stage)"
+  say "pip wheel --constraint constraints.txt: the dependencies, then the project (as the builder stage)"
   "$base" -m venv "$work/builder"
+  # The Dockerfile's dependency list, read from pyproject.toml alone.
+  (cd "$work/src" && "$work/builder/bin/python" -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+    >requirements.txt)
   "$work/builder/bin/pip" wheel --quiet --disable-pip-version-check --no-cache-dir \
-    --prefer-binary --constraint "$work/src/constraints.txt" --wheel-dir "$work/wheels" "$work/src"
+    --prefer-binary --constraint "$work/src/constraints.txt" \
+    --requirement "$work/src/requirements.txt" --wheel-dir "$work/wheels"
+  "$work/builder/bin/pip" wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+    --wheel-dir "$work/wheels" "$work/src"
   say "every wheel is pinned by constraints.txt"
   local wheel name version unpinned=0
   for wheel in "$work"/wheels/*.whl; do
