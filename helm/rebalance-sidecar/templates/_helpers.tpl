@@ -6,8 +6,8 @@ Public (other charts include these to inject the sidecar; see README.md):
   rebalance-sidecar.initContainers   the container when sidecar.mode=native, else nothing
   rebalance-sidecar.containers       the container when sidecar.mode=classic, else nothing
   rebalance-sidecar.volumes          the pod volumes the sidecar needs (list items)
-  rebalance-sidecar.appEnv           env items for the app: SIDECAR_URL, SIDECAR_API_TOKEN
-  rebalance-sidecar.appLifecycle     the app container's `lifecycle` (preStop drain)
+  rebalance-sidecar.appEnv           env items for the app: SIDECAR_URL (+ SIDECAR_API_TOKEN)
+  rebalance-sidecar.appLifecycle     the app container's `lifecycle` (preStop drain, httpGet)
   rebalance-sidecar.podLabels        labels the pod must carry (Service/PodMonitor select them)
   rebalance-sidecar.terminationGracePeriodSeconds   the recommended grace period
 
@@ -73,13 +73,73 @@ app.kubernetes.io/managed-by: Helm
 rebalance-sidecar.io/sidecar: {{ include "rebalance-sidecar.fullname" . }}
 {{- end -}}
 
+{{- /*
+The registry prefix of an image: global.imageRegistry (the subchart's merged
+globals, else the parent's), else the image's own registry.
+*/ -}}
+{{- define "rebalance-sidecar.registry" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" .ctx "out" $c) -}}
+{{- $global := (get $c.values "global" | default dict).imageRegistry | default ((get $c.top.Values "global" | default dict).imageRegistry) -}}
+{{- with ($global | default .image.registry) -}}{{ trimSuffix "/" . }}/{{- end -}}
+{{- end -}}
+
 {{- define "rebalance-sidecar.image" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- $img := $c.values.sidecar.image -}}
+{{- $repo := printf "%s%s" (include "rebalance-sidecar.registry" (dict "ctx" . "image" $img)) $img.repository -}}
 {{- if $img.digest -}}
-{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository (toString ($img.tag | default $c.top.Chart.AppVersion)) -}}
+{{- printf "%s:%s" $repo (toString ($img.tag | default $c.top.Chart.AppVersion)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rebalance-sidecar.appImage" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $img := $c.values.app.image -}}
+{{- printf "%s%s:%s" (include "rebalance-sidecar.registry" (dict "ctx" . "image" $img)) $img.repository (toString $img.tag) -}}
+{{- end -}}
+
+{{- define "rebalance-sidecar.serviceAccountName" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $sa := $c.values.serviceAccount -}}
+{{- if $sa.create -}}
+{{- $sa.name | default (include "rebalance-sidecar.fullname" .) -}}
+{{- else -}}
+{{- $sa.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* "true" when the control API has a bearer token (sidecar.token). */ -}}
+{{- define "rebalance-sidecar.hasToken" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- if or $c.values.sidecar.token.existingSecret $c.values.sidecar.token.value -}}true{{- end -}}
+{{- end -}}
+
+{{- /* "true" when the control API binds a loopback address only. */ -}}
+{{- define "rebalance-sidecar.apiOnLoopback" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $host := $c.values.sidecar.api.host -}}
+{{- if or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "::1") -}}true{{- end -}}
+{{- end -}}
+
+{{- /*
+SIDECAR_DRAIN_TOKEN, and the X-Drain-Token header of the preStop hook. A
+preStop httpGet carries its headers in the pod spec (they cannot come from a
+Secret), so the value is never more secret than the pod spec: derived from
+names by default, which keeps every render identical and stops only callers that
+do not know the release; docs/kubernetes.md ("Who can drain") says how to tighten it.
+*/ -}}
+{{- define "rebalance-sidecar.drainToken" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $c.values.sidecar.drainToken | default (printf "rebalance-sidecar/drain/%s/%s/%s" $c.top.Release.Namespace (include "rebalance-sidecar.fullname" .) $c.values.sidecar.kafka.groupId | sha256sum | trunc 40) -}}
+{{- end -}}
+
+{{- /* The assignment strategy actually used: classic protocol only; empty = cooperative-sticky. */ -}}
+{{- define "rebalance-sidecar.assignmentStrategy" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- if eq $c.values.sidecar.kafka.groupProtocol "classic" -}}
+{{- $c.values.sidecar.kafka.assignmentStrategy | default "cooperative-sticky" -}}
 {{- end -}}
 {{- end -}}
 
@@ -188,8 +248,16 @@ stop. An explicit value below that is rejected.
 {{- if lt (int64 $s.drainTimeoutMs) (int64 $s.revokeTimeoutMs) -}}
 {{- fail (printf "sidecar.drainTimeoutMs (%d) must be at least sidecar.revokeTimeoutMs (%d): the drain waits for the revoke barrier" (int64 $s.drainTimeoutMs) (int64 $s.revokeTimeoutMs)) -}}
 {{- end -}}
-{{- if and $c.values.app.preStop.enabled (not $c.values.app.preStop.command) (not $c.values.app.sidecarEnv) -}}
-{{- fail "app.preStop's default command reads SIDECAR_API_TOKEN: keep app.sidecarEnv=true or set app.preStop.command" -}}
+{{- if and (not (include "rebalance-sidecar.apiOnLoopback" .)) (not (include "rebalance-sidecar.hasToken" .)) -}}
+{{- fail (printf "sidecar.api.host=%s is not loopback: set sidecar.token.existingSecret (or sidecar.token.value); the sidecar refuses a non-loopback API without a token" $s.api.host) -}}
+{{- end -}}
+{{- if eq (int64 $s.api.port) (int64 $s.admin.port) -}}
+{{- fail (printf "sidecar.api.port and sidecar.admin.port are both %d" (int64 $s.api.port)) -}}
+{{- end -}}
+{{- range $c.values.app.ports -}}
+{{- if has (int64 .containerPort) (list (int64 $s.api.port) (int64 $s.admin.port)) -}}
+{{- fail (printf "app.ports: containerPort %d is taken by the sidecar (sidecar.api.port %d, sidecar.admin.port %d): the containers share the pod's network" (int64 .containerPort) (int64 $s.api.port) (int64 $s.admin.port)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -198,14 +266,26 @@ stop. An explicit value below that is rejected.
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- $s := $c.values.sidecar -}}
 - name: SIDECAR_API_HOST
-  value: "0.0.0.0"
+  value: {{ $s.api.host | quote }}
 - name: SIDECAR_API_PORT
-  value: {{ int64 $s.port | quote }}
+  value: {{ int64 $s.api.port | quote }}
+{{- if include "rebalance-sidecar.hasToken" . }}
 - name: SIDECAR_API_TOKEN
   valueFrom:
     secretKeyRef:
       name: {{ include "rebalance-sidecar.tokenSecretName" . }}
       key: {{ include "rebalance-sidecar.tokenSecretKey" . }}
+{{- end }}
+- name: SIDECAR_ADMIN_HOST
+  value: "0.0.0.0"
+- name: SIDECAR_ADMIN_PORT
+  value: {{ int64 $s.admin.port | quote }}
+- name: SIDECAR_DRAIN_TOKEN
+  value: {{ include "rebalance-sidecar.drainToken" . | quote }}
+{{- if $s.readyWithoutGroup }}
+- name: SIDECAR_READY_WITHOUT_GROUP
+  value: "true"
+{{- end }}
 - name: SIDECAR_DATA_DIR
   value: {{ $s.dataDir | quote }}
 - name: SIDECAR_BOOTSTRAP_SERVERS
@@ -216,7 +296,7 @@ stop. An explicit value below that is rejected.
   value: {{ join "," $s.kafka.topics | quote }}
 - name: SIDECAR_GROUP_PROTOCOL
   value: {{ $s.kafka.groupProtocol | quote }}
-{{- with $s.kafka.assignmentStrategy }}
+{{- with include "rebalance-sidecar.assignmentStrategy" . }}
 - name: SIDECAR_ASSIGNMENT_STRATEGY
   value: {{ . | quote }}
 {{- end }}
@@ -261,30 +341,27 @@ stop. An explicit value below that is rejected.
 {{- $p := .probe -}}
 httpGet:
   path: {{ $p.path }}
-  port: sidecar-http
+  port: admin
 periodSeconds: {{ int64 $p.periodSeconds }}
 timeoutSeconds: {{ int64 $p.timeoutSeconds }}
 failureThreshold: {{ int64 $p.failureThreshold }}
 {{- end -}}
 
 {{- /*
-POST /drain from inside a container, with curl, wget or python3 (whichever the
-image has). Waits for the drain's own deadline plus 10 s of slack.
+The drain hook: an httpGet the kubelet sends to the pod IP, so the container
+needs no shell and no HTTP client. The port is a number because the kubelet
+resolves a named port against the container that owns the hook (the app's),
+not the sidecar's. The kubelet waits for the answer until the grace period ends.
 */ -}}
-{{- define "rebalance-sidecar.drainScript" -}}
+{{- define "rebalance-sidecar.drainHttpGet" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
-{{- $wait := add (int64 (include "rebalance-sidecar.drainSeconds" .)) 10 -}}
-url="http://127.0.0.1:{{ int64 $c.values.sidecar.port }}/drain"
-auth="Authorization: Bearer ${SIDECAR_API_TOKEN}"
-if command -v curl >/dev/null 2>&1; then
-  exec curl -fsS -m {{ $wait }} -X POST -H "$auth" "$url"
-elif command -v wget >/dev/null 2>&1; then
-  exec wget -q -O /dev/null -T {{ $wait }} --header "$auth" --post-data "" "$url"
-elif command -v python3 >/dev/null 2>&1; then
-  exec python3 -c "import os, urllib.request as r; r.urlopen(r.Request('$url', data=b'', headers={'Authorization': 'Bearer ' + os.environ['SIDECAR_API_TOKEN']}), timeout={{ $wait }})"
-fi
-echo "rebalance-sidecar preStop: the app image has no curl, wget or python3; set app.preStop.command" >&2
-exit 1
+httpGet:
+  path: /drain
+  port: {{ int64 $c.values.sidecar.admin.port }}
+  scheme: HTTP
+  httpHeaders:
+    - name: X-Drain-Token
+      value: {{ include "rebalance-sidecar.drainToken" . | quote }}
 {{- end -}}
 
 {{- /* The app container's lifecycle: preStop drains the sidecar. */ -}}
@@ -292,16 +369,13 @@ exit 1
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- if $c.values.app.preStop.enabled -}}
 preStop:
+  {{- if $c.values.app.preStop.command }}
   exec:
     command:
-      {{- if $c.values.app.preStop.command }}
       {{- toYaml $c.values.app.preStop.command | nindent 6 }}
-      {{- else }}
-      - sh
-      - -c
-      - |
-        {{- include "rebalance-sidecar.drainScript" . | nindent 8 }}
-      {{- end }}
+  {{- else }}
+  {{- include "rebalance-sidecar.drainHttpGet" . | nindent 2 }}
+  {{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -310,12 +384,14 @@ preStop:
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- if $c.values.app.sidecarEnv -}}
 - name: SIDECAR_URL
-  value: {{ printf "http://127.0.0.1:%d" (int64 $c.values.sidecar.port) | quote }}
+  value: {{ printf "http://127.0.0.1:%d" (int64 $c.values.sidecar.api.port) | quote }}
+{{- if include "rebalance-sidecar.hasToken" . }}
 - name: SIDECAR_API_TOKEN
   valueFrom:
     secretKeyRef:
       name: {{ include "rebalance-sidecar.tokenSecretName" . }}
       key: {{ include "rebalance-sidecar.tokenSecretKey" . }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -334,9 +410,14 @@ preStop:
   args:
     - run
   ports:
-    - name: sidecar-http
-      containerPort: {{ int64 $s.port }}
+    - name: admin
+      containerPort: {{ int64 $s.admin.port }}
       protocol: TCP
+    {{- if not (include "rebalance-sidecar.apiOnLoopback" .) }}
+    - name: api
+      containerPort: {{ int64 $s.api.port }}
+      protocol: TCP
+    {{- end }}
   env:
     {{- include "rebalance-sidecar.env" . | nindent 4 }}
   {{- with $s.envFrom }}
@@ -357,14 +438,10 @@ preStop:
   {{- end }}
   {{- if and (eq $s.mode "classic") $c.values.app.preStop.enabled }}
   # Classic sidecars get SIGTERM together with the app: wait for the same drain
-  # (POST /drain is idempotent) so the sidecar outlives the revoke delivery.
+  # (the drain is idempotent) so the sidecar outlives the revoke delivery.
   lifecycle:
     preStop:
-      exec:
-        command:
-          - python
-          - -c
-          - {{ printf "import os, urllib.request as r; r.urlopen(r.Request('http://127.0.0.1:%d/drain', data=b'', headers={'Authorization': 'Bearer ' + os.environ['SIDECAR_API_TOKEN']}), timeout=%d)" (int64 $s.port) (add (int64 (include "rebalance-sidecar.drainSeconds" .)) 10) | quote }}
+      {{- include "rebalance-sidecar.drainHttpGet" . | nindent 6 }}
   {{- end }}
   {{- with $s.resources }}
   resources:
