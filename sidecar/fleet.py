@@ -25,6 +25,11 @@ log = structlog.get_logger("sidecar.fleet")
 CURSOR = "fleet_cursor"
 _SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "api.")
 _RETRY_SECONDS = 2.0
+# The CloudEvents Kafka binding, structured mode: the value is the whole event as JSON, and
+# this header tells CloudEvents-aware consumers so (binary mode would use ce_* headers).
+_STRUCTURED: list[tuple[str, str | bytes | None]] = [
+    ("content-type", b"application/cloudevents+json")
+]
 
 
 class FleetJournal:
@@ -97,7 +102,11 @@ class FleetJournal:
         while True:
             try:
                 self._producer.produce(
-                    self._topic, value=value, key=self._key, on_delivery=on_delivery
+                    self._topic,
+                    value=value,
+                    key=self._key,
+                    headers=_STRUCTURED,
+                    on_delivery=on_delivery,
                 )
                 return
             except BufferError:

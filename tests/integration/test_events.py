@@ -96,4 +96,4 @@ def test_sse_streams_history_and_live_events_and_resumes(
     page = sidecar.client.get(
         "/events", params={"after": 1, "limit": 2}, headers={"Accept": "application/json"}
     ).json()
-    assert [e["sequence"] for e in page] == ["2", "3"]
+    assert [int(e["sequence"]) for e in page] == [2, 3]
