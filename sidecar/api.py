@@ -79,12 +79,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         for error in exc.errors():
             where = ".".join(str(p) for p in error.get("loc", ()))
             problems.append(f"{where}: {error.get('msg')}")
+        # 422 is for a body that parsed but says something invalid; a query string,
+        # header or path that is not what it must be is a malformed request: 400.
+        in_body = any(tuple(error.get("loc", ()))[:1] == ("body",) for error in exc.errors())
         return JSONResponse(
             {
                 "error": "invalid request: " + "; ".join(problems),
                 "detail": jsonable_encoder(exc.errors(), custom_encoder={Exception: str}),
             },
-            status_code=422,
+            status_code=422 if in_body else 400,
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -276,3 +276,26 @@ def test_the_old_homes_of_the_errors_still_export_them() -> None:
     assert commands.NotInGroup is errors.NotInGroup
     assert subscriptions.InvalidSubscription is errors.InvalidSubscription
     assert daemon.StartupError is errors.StartupError
+
+
+def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for path, query in (
+            ("/assignment", "after=%C2%B2"),  # "²": a digit to str.isdigit(), not to int()
+            ("/assignment", f"after={2**63}"),  # past SQLite's INTEGER
+            ("/assignment", "wait=soon"),
+            ("/events", "after=-1"),
+            ("/events", "limit=%D9%A1"),  # ARABIC-INDIC DIGIT ONE
+            ("/webhooks/app/deliveries", "limit=0"),
+        ):
+            answer = await client.get(f"{path}?{query}", headers={"Accept": "application/json"})
+            assert answer.status_code == 400, (path, query, answer.text)
+            assert answer.json()["error"].startswith("invalid request")
+        event_id = await client.get(
+            "/events", headers={"Last-Event-ID": "-5", "Accept": "application/json"}
+        )
+        assert event_id.status_code == 400
+        body = await client.post("/commit", json={"offsets": []})
+        assert body.status_code == 422
+
+    run(tmp_path, scenario)
