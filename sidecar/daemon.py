@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.api import create_admin_app, create_app
 from sidecar.commands import Leave
 from sidecar.components import Components, build_components
-from sidecar.errors import MemberGone, StartupError
+from sidecar.errors import MemberBusy, MemberGone, StartupError
 from sidecar.feed import Feed
 from sidecar.handoff import Handoff
 from sidecar.journal import Journal
@@ -142,7 +142,7 @@ class Sidecar:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
             return self.handoff.snapshot
-        except TimeoutError:
+        except (TimeoutError, MemberBusy):  # not left in time: the caller answers 504
             return None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class Sidecar:
         log.info("sidecar stopped", seconds=round(time.monotonic() - started, 3))
 
     async def _leave_group(self, seconds: float) -> None:
-        with contextlib.suppress(MemberGone, TimeoutError):
+        with contextlib.suppress(MemberGone, MemberBusy, TimeoutError):
             await self.handoff.submit(Leave("sidecar stopping"), timeout=seconds)
         member = self._member
         if member is not None:
