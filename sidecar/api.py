@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sidecar.errors import SidecarError, http_body, http_headers, http_status
+from sidecar.errors import SidecarError, StatusError, http_body, http_headers, http_status
 from sidecar.web import admin, assignment, control, events, probes, webhooks
 from sidecar.web.limits import BodyLimit
 from sidecar.web.runtime import COMMAND_TIMEOUT_SECONDS, Runtime, errors
@@ -99,7 +99,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
-#: ``ApiError`` was the one error type of the first API; a domain error with a status.
-ApiError = SidecarError
+#: The first API's one error type, ``ApiError(status, message, **extra)``: still works.
+ApiError = StatusError
 
 __all__ = ["ApiError", "Runtime", "create_admin_app", "create_app"]

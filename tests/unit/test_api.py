@@ -31,6 +31,8 @@ from sidecar.errors import (
     SidecarError,
     StaleGeneration,
     StartupError,
+    StatusError,
+    http_body,
     http_status,
 )
 from sidecar.feed import Feed
@@ -259,7 +261,7 @@ def test_every_domain_error_maps_to_a_deliberate_status() -> None:
     unmapped = [
         kind.__name__
         for kind in subclasses(SidecarError)
-        if kind is not StartupError and http_status(kind.__new__(kind)) == 500
+        if kind not in (StartupError, StatusError) and http_status(kind.__new__(kind)) == 500
     ]
     assert unmapped == []
     assert http_status(BadRequest("x")) == 400
@@ -268,7 +270,11 @@ def test_every_domain_error_maps_to_a_deliberate_status() -> None:
 
 
 def test_the_old_homes_of_the_errors_still_export_them() -> None:
-    from sidecar import commands, daemon, errors, handoff, subscriptions
+    from sidecar import api, commands, daemon, errors, handoff, subscriptions
+
+    legacy = api.ApiError(404, "no such thing", hint="look elsewhere")
+    assert http_status(legacy) == 404
+    assert http_body(legacy) == {"error": "no such thing", "hint": "look elsewhere"}
 
     assert handoff.MemberGone is errors.MemberGone and handoff.MemberBusy is errors.MemberBusy
     assert commands.NotOwned is errors.NotOwned and commands.CommitFailed is errors.CommitFailed
