@@ -13,8 +13,11 @@ The architecture, one module per responsibility:
 * ``subscriptions`` the webhook registry
 * ``feed``      live fan-out to SSE clients
 * ``fleet``     events to a Kafka topic for fleet analytics
-* ``api``       the HTTP API
+* ``errors``    every domain error, and the one mapping of them to HTTP statuses
+* ``api``       the two HTTP apps (control API, admin listener); routers in ``web/``
 * ``schemas``   its request and response bodies
+* ``probes``    the lifecycle state and the liveness/startup/readiness probes
+* ``components`` builds the wired parts (the daemon's, the tests', the benchmarks')
 * ``metrics``   Prometheus collectors
 * ``logs``      structlog set-up
 * ``daemon``    lifecycle: start, ready, drain, stop

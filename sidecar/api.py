@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sidecar.errors import SidecarError, http_body, http_headers, http_status
+from sidecar.errors import SidecarError, StatusError, http_body, http_headers, http_status
 from sidecar.web import admin, assignment, control, events, probes, webhooks
 from sidecar.web.limits import BodyLimit
 from sidecar.web.runtime import COMMAND_TIMEOUT_SECONDS, Runtime, errors
@@ -79,12 +79,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         for error in exc.errors():
             where = ".".join(str(p) for p in error.get("loc", ()))
             problems.append(f"{where}: {error.get('msg')}")
+        # 422 is for a body that parsed but says something invalid; a query string,
+        # header or path that is not what it must be is a malformed request: 400.
+        in_body = any(tuple(error.get("loc", ()))[:1] == ("body",) for error in exc.errors())
         return JSONResponse(
             {
                 "error": "invalid request: " + "; ".join(problems),
                 "detail": jsonable_encoder(exc.errors(), custom_encoder={Exception: str}),
             },
-            status_code=422,
+            status_code=422 if in_body else 400,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -96,7 +99,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
-#: ``ApiError`` was the one error type of the first API; a domain error with a status.
-ApiError = SidecarError
+#: The first API's one error type, ``ApiError(status, message, **extra)``: still works.
+ApiError = StatusError
 
 __all__ = ["ApiError", "Runtime", "create_admin_app", "create_app"]

@@ -142,7 +142,7 @@ class Sidecar:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
             return self.handoff.snapshot
-        except TimeoutError:
+        except (TimeoutError, MemberBusy):  # not left in time: the caller answers 504
             return None
 
     # -- lifecycle ----------------------------------------------------------------------------

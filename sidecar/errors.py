@@ -19,7 +19,8 @@ The tree (the HTTP status each maps to on the right)::
     │   └── MemberGone            the member thread has stopped                      409
     ├── MemberBusy                the member thread did not take the command in time 503
     ├── CommitFailed              Kafka refused the commit                           503
-    └── DeadlinePassed            the awaited change did not happen in time          504
+    ├── DeadlinePassed            the awaited change did not happen in time          504
+    └── StatusError               names its own status (``sidecar.api.ApiError``)  (any)
 
 The classes live here; ``sidecar.commands``, ``sidecar.handoff``, ``sidecar.subscriptions``
 and ``sidecar.daemon`` re-export the ones they raise, so older imports keep working.
@@ -127,6 +128,15 @@ class DeadlinePassed(SidecarError):
     pass
 
 
+class StatusError(SidecarError):
+    """An error that names its own status: the first API's ``ApiError(status, message)``,
+    kept for routers written against it. New code raises a domain error instead."""
+
+    def __init__(self, status: int, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.status = status
+
+
 _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (BadRequest, 400),
     (Unauthorized, 401),
@@ -143,6 +153,8 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
 
 def http_status(error: SidecarError) -> int:
     """The HTTP status of a domain error (500 only for one that should never reach HTTP)."""
+    if isinstance(error, StatusError):
+        return error.status
     for kind, status in _STATUS:
         if isinstance(error, kind):
             return status
@@ -178,6 +190,7 @@ __all__ = [
     "SidecarError",
     "StaleGeneration",
     "StartupError",
+    "StatusError",
     "Stopping",
     "Unauthorized",
     "http_body",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
@@ -25,6 +26,12 @@ log = structlog.get_logger("sidecar.fleet")
 CURSOR = "fleet_cursor"
 _SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "api.")
 _RETRY_SECONDS = 2.0
+_FLUSH_SLICE_SECONDS = 0.5
+# The CloudEvents Kafka binding, structured mode: the value is the whole event as JSON, and
+# this header tells CloudEvents-aware consumers so (binary mode would use ce_* headers).
+_STRUCTURED: list[tuple[str, str | bytes | None]] = [
+    ("content-type", b"application/cloudevents+json")
+]
 
 
 class FleetJournal:
@@ -58,7 +65,19 @@ class FleetJournal:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await asyncio.to_thread(self._producer.flush, timeout)
+        await self._flush(timeout)
+
+    async def _flush(self, seconds: float) -> int:
+        """Flush in short slices: a cancelled flush then leaves at most one slice running in
+        its thread, and ``asyncio.run`` waits for that thread before the process exits."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            remaining: int = await asyncio.to_thread(
+                self._producer.flush, min(_FLUSH_SLICE_SECONDS, left)
+            )
+            if remaining == 0 or time.monotonic() >= deadline:
+                return remaining
 
     async def _run(self) -> None:
         cursor = self._journal.mark(CURSOR)
@@ -72,7 +91,7 @@ class FleetJournal:
             delivered = self._on_delivery(failures)
             for event in batch:
                 await self._produce(event.body, delivered)
-            remaining = await asyncio.to_thread(self._producer.flush, 35.0)
+            remaining = await self._flush(35.0)
             if failures or remaining:
                 log.warning(
                     "producing to the fleet topic failed; will retry",
@@ -97,7 +116,11 @@ class FleetJournal:
         while True:
             try:
                 self._producer.produce(
-                    self._topic, value=value, key=self._key, on_delivery=on_delivery
+                    self._topic,
+                    value=value,
+                    key=self._key,
+                    headers=_STRUCTURED,
+                    on_delivery=on_delivery,
                 )
                 return
             except BufferError:

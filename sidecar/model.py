@@ -13,8 +13,29 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 Protocol = Literal["eager", "cooperative"]
+
+#: Digits of the ``sequence`` extension: SQLite's largest INTEGER (2**63 - 1) has 19, so
+#: every sequence fits and string order is numeric order, as the CloudEvents sequence
+#: extension requires of its values.
+SEQUENCE_DIGITS = 19
+
+
+def sequence_text(sequence: int) -> str:
+    """The ``sequence`` extension's value: fixed-width, zero-padded, still an integer."""
+    return f"{sequence:0{SEQUENCE_DIGITS}d}"
+
+
+def event_source(group_id: str, member: str) -> str:
+    """``kafka://<group>/<member>``, a valid URI-reference for any group or member id.
+
+    Group ids may hold any character (spaces, ``/``, ``%``, non-ASCII): everything but
+    RFC 3986's unreserved characters is percent-encoded (UTF-8), so consumers can split
+    on ``/`` and ``unquote`` each part.
+    """
+    return f"kafka://{quote(group_id, safe='')}/{quote(member, safe='')}"
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -129,7 +150,7 @@ class EventDraft:
 
     @property
     def source(self) -> str:
-        return f"kafka://{self.group_id}/{self.group_instance_id or self.member_id or 'unknown'}"
+        return event_source(self.group_id, self.group_instance_id or self.member_id or "unknown")
 
     def cloudevent(self, sequence: int) -> dict[str, Any]:
         partitions: list[dict[str, Any]] = [
@@ -142,7 +163,7 @@ class EventDraft:
             "source": self.source,
             "type": self.type.value,
             "time": rfc3339(self.time),
-            "sequence": str(sequence),
+            "sequence": sequence_text(sequence),
             "datacontenttype": "application/json",
             "data": {
                 "group_id": self.group_id,

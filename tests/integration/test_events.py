@@ -90,10 +90,10 @@ def test_sse_streams_history_and_live_events_and_resumes(
         assert "Last-Event-ID" in bad.json()["error"]
     for query in ({"after": "²"}, {"after": str(2**63)}, {"limit": "²"}, {"after": "1e3"}):
         bad = sidecar.client.get("/events", params=query, headers={"Accept": "application/json"})
-        assert 400 <= bad.status_code < 500, (query, bad.status_code, bad.text)
+        assert bad.status_code == 400, (query, bad.status_code, bad.text)
         assert "error" in bad.json()
 
     page = sidecar.client.get(
         "/events", params={"after": 1, "limit": 2}, headers={"Accept": "application/json"}
     ).json()
-    assert [e["sequence"] for e in page] == ["2", "3"]
+    assert [int(e["sequence"]) for e in page] == [2, 3]

@@ -31,6 +31,8 @@ from sidecar.errors import (
     SidecarError,
     StaleGeneration,
     StartupError,
+    StatusError,
+    http_body,
     http_status,
 )
 from sidecar.feed import Feed
@@ -259,7 +261,7 @@ def test_every_domain_error_maps_to_a_deliberate_status() -> None:
     unmapped = [
         kind.__name__
         for kind in subclasses(SidecarError)
-        if kind is not StartupError and http_status(kind.__new__(kind)) == 500
+        if kind not in (StartupError, StatusError) and http_status(kind.__new__(kind)) == 500
     ]
     assert unmapped == []
     assert http_status(BadRequest("x")) == 400
@@ -268,7 +270,11 @@ def test_every_domain_error_maps_to_a_deliberate_status() -> None:
 
 
 def test_the_old_homes_of_the_errors_still_export_them() -> None:
-    from sidecar import commands, daemon, errors, handoff, subscriptions
+    from sidecar import api, commands, daemon, errors, handoff, subscriptions
+
+    legacy = api.ApiError(404, "no such thing", hint="look elsewhere")
+    assert http_status(legacy) == 404
+    assert http_body(legacy) == {"error": "no such thing", "hint": "look elsewhere"}
 
     assert handoff.MemberGone is errors.MemberGone and handoff.MemberBusy is errors.MemberBusy
     assert commands.NotOwned is errors.NotOwned and commands.CommitFailed is errors.CommitFailed
@@ -276,3 +282,26 @@ def test_the_old_homes_of_the_errors_still_export_them() -> None:
     assert commands.NotInGroup is errors.NotInGroup
     assert subscriptions.InvalidSubscription is errors.InvalidSubscription
     assert daemon.StartupError is errors.StartupError
+
+
+def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for path, query in (
+            ("/assignment", "after=%C2%B2"),  # "²": a digit to str.isdigit(), not to int()
+            ("/assignment", f"after={2**63}"),  # past SQLite's INTEGER
+            ("/assignment", "wait=soon"),
+            ("/events", "after=-1"),
+            ("/events", "limit=%D9%A1"),  # ARABIC-INDIC DIGIT ONE
+            ("/webhooks/app/deliveries", "limit=0"),
+        ):
+            answer = await client.get(f"{path}?{query}", headers={"Accept": "application/json"})
+            assert answer.status_code == 400, (path, query, answer.text)
+            assert answer.json()["error"].startswith("invalid request")
+        event_id = await client.get(
+            "/events", headers={"Last-Event-ID": "-5", "Accept": "application/json"}
+        )
+        assert event_id.status_code == 400
+        body = await client.post("/commit", json={"offsets": []})
+        assert body.status_code == 422
+
+    run(tmp_path, scenario)

@@ -117,7 +117,7 @@ def test_in_order_through_failures_and_retry_after(tmp_path: Path) -> None:
     failures = {"left": 2}
 
     def flaky(event: dict[str, Any]) -> tuple[int, Any, float]:
-        if event["sequence"] == "2" and failures["left"]:
+        if int(event["sequence"]) == 2 and failures["left"]:
             failures["left"] -= 1
             return 503, {"error": "busy"}, 0.0  # with Retry-After: 0
         return 204, None, 0.0
@@ -169,7 +169,7 @@ def test_gives_up_after_max_attempts_and_moves_on(tmp_path: Path) -> None:
     secret = new_secret()
 
     def reject_first(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return (500, None, 0.0) if event["sequence"] == "1" else (204, None, 0.0)
+        return (500, None, 0.0) if int(event["sequence"]) == 1 else (204, None, 0.0)
 
     async def scenario(rig: Rig) -> None:
         with running(secret, reject_first) as receiver:

@@ -60,7 +60,7 @@ def test_sequences_increase_and_survive_reopening(tmp_path: Path) -> None:
     stored = again.events_after(0, 10)
     assert [e.id for e in stored] == [e.id for e in [*first, later]]
     body = json.loads(stored[0].body)
-    assert body["sequence"] == "1"
+    assert body["sequence"] == "0000000000000000001"  # fixed width: string order = numeric
     assert body["data"]["partitions"] == [{"topic": "t", "partition": 0, "offset": 7}]
     again.close()
 

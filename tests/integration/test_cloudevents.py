@@ -1,0 +1,168 @@
+"""Every event of a real run, parsed by the official CloudEvents SDK (issue 12.6).
+
+Webhook bodies through the HTTP binding, fleet-topic records through the Kafka binding
+(structured mode: ``content-type: application/cloudevents+json``). The group id is
+chosen to need percent-encoding in ``source``; ``sequence`` must sort as text the way it
+sorts as a number.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from cloudevents.core.bindings import http as ce_http
+from cloudevents.core.bindings import kafka as ce_kafka
+from confluent_kafka import Consumer
+
+from sidecar.subscriptions import new_secret
+from tests.support.kafka import unique
+from tests.support.sidecars import Sidecar, wait_until
+
+pytestmark = pytest.mark.kafka
+
+# RFC 3986 URI-reference characters, with every % starting a percent-encoded octet.
+_URI_REFERENCE = re.compile(r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$")
+
+
+class RawReceiver:
+    """Keeps each POST's headers and body exactly as received, and answers 204."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                receiver.posts.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/events"
+
+    @contextmanager
+    def running(self) -> Iterator[RawReceiver]:
+        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _fleet_records(bootstrap: str, topic: str, count: int) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("fleet-reader"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    records: list[Any] = []
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: _poll_into(consumer, records) >= count, 60, f"{count} fleet records")
+    finally:
+        consumer.close()
+    return records
+
+
+def _poll_into(consumer: Consumer, records: list[Any]) -> int:
+    message = consumer.poll(0.5)
+    if message is not None and message.error() is None:
+        records.append(message)
+    return len(records)
+
+
+def _check_attributes(event: Any, group_id: str) -> str:
+    assert event.get_specversion() == "1.0"
+    assert event.get_type().startswith(("kafka.partitions.", "kafka.rebalance."))
+    source = event.get_source()
+    assert _URI_REFERENCE.match(source), source
+    parts = urlsplit(source)
+    assert parts.scheme == "kafka"
+    assert unquote(parts.netloc) == group_id
+    sequence = event.get_extension("sequence")
+    assert isinstance(sequence, str) and re.fullmatch(r"[0-9]{19}", sequence), sequence
+    assert event.get_time() is not None
+    data = event.get_data()
+    assert isinstance(data, dict) and data["group_id"] == group_id
+    return sequence
+
+
+def test_every_webhook_body_and_fleet_record_is_a_valid_cloudevent(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    kafka_bootstrap: str,
+) -> None:
+    group_id = f"orders eu/west %2F ü-{unique('g')}"  # space, slash, percent, non-ASCII
+    topic = topic_factory(2)
+    fleet = topic_factory(1)
+    receiver = RawReceiver()
+    with receiver.running():
+        secret = new_secret()
+        sidecar = sidecar_factory(
+            group_id,
+            topic,
+            webhooks=[
+                {
+                    "url": receiver.url,
+                    "secret": secret,
+                    "mode": "async",
+                    "events": [
+                        "kafka.partitions.assigned",
+                        "kafka.partitions.revoked",
+                        "kafka.partitions.lost",
+                        "kafka.rebalance.requested",
+                    ],
+                }
+            ],
+            extra_env={"SIDECAR_EVENTS_TOPIC": fleet, "SIDECAR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"},
+        )
+        sidecar.wait_stable()
+        assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+        assert sidecar.client.post("/drain").status_code == 200
+        journaled = sidecar.history()
+        assert len(journaled) >= 4  # assigned, requested, revoked, assigned, revoked
+        wait_until(lambda: len(receiver.posts) >= len(journaled), 30, "every webhook")
+
+    sequences = []
+    for received, body in receiver.posts:
+        assert received["content-type"] == "application/cloudevents+json"
+        event = ce_http.from_http_event(ce_http.HTTPMessage(headers=received, body=body))
+        sequences.append(_check_attributes(event, group_id))
+    assert sequences == sorted(sequences, key=int)  # delivered in order ...
+    assert sorted(sequences) == sorted(sequences, key=int)  # ... and text order is numeric
+    assert [int(s) for s in sequences] == [int(e["sequence"]) for e in journaled]
+
+    records = _fleet_records(kafka_bootstrap, fleet, len(journaled))
+    fleet_sequences = []
+    for record in records:
+        headers: dict[str, bytes] = {
+            name: value if isinstance(value, bytes) else str(value).encode()
+            for name, value in record.headers() or []
+        }
+        assert headers["content-type"] == b"application/cloudevents+json"
+        event = ce_kafka.from_kafka_event(
+            ce_kafka.KafkaMessage(headers=headers, key=record.key(), value=record.value())
+        )
+        fleet_sequences.append(_check_attributes(event, group_id))
+        assert event.get_extension("partitionkey") == group_id  # the record key
+    assert fleet_sequences == sequences
