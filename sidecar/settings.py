@@ -473,8 +473,9 @@ class _Environment(EnvSettingsSource):
 
 
 class _DotEnv(DotEnvSettingsSource):
-    """The same variables from a dotenv file; unknown ``SIDECAR_*`` names there are
-    warned about like the environment's (``unknown_variables``), not refused."""
+    """The same variables from a dotenv file. Names no setting reads are skipped there
+    (``only_existing``), like the environment's; only the environment's get the typo
+    warning, as the file may be a FIFO that can be read once."""
 
     def __init__(self, settings_cls: type[BaseSettings], env_file: Path) -> None:
         super().__init__(settings_cls, env_file=env_file, dotenv_filtering="only_existing")

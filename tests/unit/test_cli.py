@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import signal
@@ -271,3 +272,16 @@ def test_a_signal_while_the_daemon_starts_is_handed_to_it() -> None:
     quiet = _EarlySignals()
     quiet.hand_over(lambda: stops.append(False))
     assert stops == [True]  # no signal, no stop
+
+
+def test_the_demo_does_not_import_the_cli() -> None:
+    """cli runs the demo; the demo importing cli back was a cycle (now ``demo_cluster``)."""
+    tree = ast.parse((REPO / "sidecar" / "demo.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    assert "sidecar.settings" in imported  # the walk sees the imports
+    assert "sidecar.cli" not in imported
