@@ -191,19 +191,20 @@ class Courier:
 
     async def _run(self) -> None:
         while self.subscription.disabled_reason is None:
+            # Cleared before the read: an event appended after it is announced after it,
+            # and its wake-up then ends the wait below at once.
             self._wake.clear()
             batch = self._journal.events_after(self.cursor, _BATCH)
-            if not batch:
-                await self._wake.wait()
-                continue
             for event in batch:
                 if self.subscription.wants(event.type) and not await self._deliver(event):
                     return
-            if batch[-1].sequence > self.cursor:
+            if batch and batch[-1].sequence > self.cursor:
                 # Unwanted events at the end: pass over them, or a filtered subscription
                 # pins its cursor and pruning and journal_pending_events never see past it.
                 self._journal.pass_over(self.subscription.id, batch[-1].sequence)
                 self.cursor = batch[-1].sequence
+            if len(batch) < _BATCH:  # the journal had no more: no read until the next event
+                await self._wake.wait()
 
     async def _deliver(self, event: Event) -> bool:
         """Deliver until acknowledged or given up; ``False`` when the subscription ended."""
