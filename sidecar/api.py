@@ -51,6 +51,7 @@ from sidecar.schemas import (
 )
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, Registry
+from sidecar.web import router as web_router
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_WAIT_SECONDS = 300.0
@@ -359,6 +360,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             ok, reason = True, f"stable in generation {snapshot.generation_id}"
         return JSONResponse({"ok": ok, "reason": reason}, status_code=200 if ok else 503)
 
+    app.include_router(web_router(runtime))
     return app
 
 
