@@ -18,55 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from sidecar.handoff import Handoff
 from sidecar.model import Assignment, MemberState
 from sidecar.settings import Settings
 from sidecar.web.group import GroupView
+from tests.support.members import PlainConsumer, plain_consumers
 from tests.support.sidecars import REPO, Sidecar, wait_until
 
 pytestmark = pytest.mark.kafka
+__all__ = ["plain_consumers"]  # a fixture
 
 PARTITIONS = 6
 LIBS = REPO / ".cache" / "kafka" / "libs"
 JAVA = ["java", "-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{LIBS}/*"]
-
-
-class PlainConsumer(threading.Thread):
-    """A group member that is not a sidecar: a bare confluent-kafka consumer."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, client_id: str) -> None:
-        super().__init__(name=client_id, daemon=True)
-        self.config = {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": client_id,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            "partition.assignment.strategy": "range",
-            "enable.auto.commit": False,
-        }
-        self.topic = topic
-        self.leave = threading.Event()
-
-    def run(self) -> None:
-        consumer = Consumer(self.config)
-        consumer.subscribe([self.topic])
-        while not self.leave.is_set():
-            consumer.poll(0.2)
-        consumer.close()
-
-
-@pytest.fixture
-def plain_consumers() -> Iterator[list[PlainConsumer]]:
-    started: list[PlainConsumer] = []
-    yield started
-    for consumer in started:
-        consumer.leave.set()
-    for consumer in started:
-        consumer.join(30)
 
 
 @pytest.fixture
