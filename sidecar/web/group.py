@@ -311,6 +311,9 @@ class GroupView:
                     "client.id": f"rebalance-sidecar-admin-{s.group_id}",
                     # Reading a topic's metadata must never create it.
                     "allow.auto.create.topics": "false",
+                    # Connection failures reach the caller as 503s (and the member logs its
+                    # own); librdkafka's raw log lines on stderr would only repeat them.
+                    "log_level": 2,
                 }
             )
         return self._admin

@@ -266,12 +266,16 @@ function renderStrip() {
   const end = Math.max(Date.now(), start + 1000);
   const x = (iso) => 10 + (980 * (new Date(iso).getTime() - start)) / (end - start);
   let generation = null;
+  let labelEnd = -Infinity;
   for (const event of events) {
     const data = event.data || {};
     const at = x(event.time);
     if (data.generation_id !== generation) {
       strip.append(svg("line", { x1: at, x2: at, y1: 8, y2: 62, class: "generation" }));
-      strip.append(svg("text", { x: at + 3, y: 16, class: "generation-label" }, `gen ${data.generation_id}`));
+      if (at > labelEnd) { // labels never overlap: a crowded one is left to its line
+        strip.append(svg("text", { x: at + 3, y: 16, class: "generation-label" }, `gen ${data.generation_id}`));
+        labelEnd = at + 48;
+      }
       generation = data.generation_id;
     }
     const kind = (SHORT[event.type] || "other").split(" ")[0];
