@@ -319,24 +319,26 @@ class GroupView:
         return self._admin
 
     async def describe(self) -> dict[str, Any]:
-        now = time.monotonic()
-        if self._last is None or now - self._last.at >= self._ttl:
-            if self._pending is None:
+        last = self._last
+        if last is None or time.monotonic() - last.at >= self._ttl:
+            if self._pending is None:  # requests that arrive meanwhile share this read
                 self._pending = asyncio.ensure_future(self._read())
-            pending = self._pending
-            try:
-                self._last = await asyncio.shield(pending)
-            finally:
-                if self._pending is pending and pending.done():
-                    self._pending = None
+                self._pending.add_done_callback(self._settled)
+            # shield: a client that goes away does not cancel the others' read
+            last = await asyncio.shield(self._pending)
         snapshot = self._source.handoff.snapshot
-        body = dict(self._last.body)
+        body = dict(last.body)
         body["generation_id"] = snapshot.generation_id
         body["member_id"] = snapshot.member_id
         body["members"] = [
             {**m, "this_member": m["member_id"] == snapshot.member_id} for m in body["members"]
         ]
         return body
+
+    def _settled(self, read: asyncio.Future[_Described]) -> None:
+        self._pending = None
+        if not read.cancelled() and read.exception() is None:
+            self._last = read.result()
 
     async def _read(self) -> _Described:
         s = self._source.settings
