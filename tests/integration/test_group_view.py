@@ -36,11 +36,19 @@ JAVA = ["java", "-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"
 
 
 @pytest.fixture
-def java_consumer(tmp_path: Path) -> Iterator[Callable[[str, str, str, str], None]]:
+def java_consumer(tmp_path: Path) -> Iterator[Callable[[str, str, str, str, str], None]]:
     processes: list[subprocess.Popen[bytes]] = []
 
-    def start(bootstrap: str, group: str, topic: str, client_id: str) -> None:
+    def start(bootstrap: str, group: str, topic: str, client_id: str, protocol: str) -> None:
         log = (tmp_path / f"{client_id}.log").open("wb")
+        if protocol == "classic":
+            group_properties = [
+                "partition.assignment.strategy=org.apache.kafka.clients.consumer.RangeAssignor",
+                "session.timeout.ms=6000",
+                "heartbeat.interval.ms=500",
+            ]
+        else:
+            group_properties = [f"group.protocol={protocol}"]
         processes.append(
             subprocess.Popen(
                 [
@@ -55,12 +63,7 @@ def java_consumer(tmp_path: Path) -> Iterator[Callable[[str, str, str, str], Non
                     group,
                     "--consumer-property",
                     f"client.id={client_id}",
-                    "--consumer-property",
-                    "partition.assignment.strategy=org.apache.kafka.clients.consumer.RangeAssignor",
-                    "--consumer-property",
-                    "session.timeout.ms=6000",
-                    "--consumer-property",
-                    "heartbeat.interval.ms=500",
+                    *(arg for p in group_properties for arg in ("--consumer-property", p)),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -132,20 +135,24 @@ def view_of(group: dict[str, Any]) -> dict[str, tuple[str, str, list[tuple[str, 
     }
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_lists_every_member_as_kafka_consumer_groups_does(
+    protocol: str,
     kafka_bootstrap: str,
     sidecar_factory: Callable[..., Sidecar],
     topic_factory: Callable[[int], str],
     group_id: str,
     plain_consumers: list[PlainConsumer],
-    java_consumer: Callable[[str, str, str, str], None],
+    java_consumer: Callable[[str, str, str, str, str], None],
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    sidecar = sidecar_factory(group_id, topic)
-    plain = PlainConsumer(kafka_bootstrap, group_id, topic, "plain-python")
+    sidecar = sidecar_factory(
+        group_id, topic, protocol=protocol, strategy="range" if protocol == "classic" else None
+    )
+    plain = PlainConsumer(kafka_bootstrap, group_id, topic, "plain-python", protocol)
     plain.start()
     plain_consumers.append(plain)
-    java_consumer(kafka_bootstrap, group_id, topic, "java-console")
+    java_consumer(kafka_bootstrap, group_id, topic, "java-console", protocol)
 
     def settled() -> bool:
         group = sidecar.client.get("/group").json()
@@ -191,7 +198,7 @@ def test_group_lists_every_member_as_kafka_consumer_groups_does(
     (state,) = state_rows
     assert group["state"] == state["STATE"].lower()
     assert group["partition_assignor"] == state["ASSIGNMENT-STRATEGY"]
-    assert group["type"] == "classic"
+    assert group["type"] == protocol
     assert group["coordinator"]["port"] == int(kafka_bootstrap.rsplit(":", 1)[1])
 
     # This sidecar's own membership is flagged, and its generation is its own.

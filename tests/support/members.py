@@ -12,17 +12,25 @@ from confluent_kafka import Consumer
 class PlainConsumer(threading.Thread):
     """A bare confluent-kafka consumer on its own thread: joins, holds, leaves on request."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, client_id: str) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, client_id: str, protocol: str = "classic"
+    ) -> None:
         super().__init__(name=client_id, daemon=True)
-        self.config = {
+        self.config: dict[str, object] = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "client.id": client_id,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            "partition.assignment.strategy": "range",
+            "group.protocol": protocol,
             "enable.auto.commit": False,
         }
+        if protocol == "classic":  # KIP-848 groups take these from the broker
+            self.config.update(
+                {
+                    "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 500,
+                    "partition.assignment.strategy": "range",
+                }
+            )
         self.topic = topic
         self.leave = threading.Event()
 
