@@ -9,6 +9,7 @@ and show the failing webhook as failing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,20 @@ def test_status_page_shows_the_group_live(
     finally:
         good.stop()
         bad.stop()
+
+
+def test_status_page_says_when_the_coordinator_cannot_be_asked(tmp_path: Path) -> None:
+    sidecar = Sidecar("127.0.0.1:9", "nowhere", "t", tmp_path / "s", name="unreachable")
+    try:
+        sidecar.start()
+        with chromium() as page:
+            page.set_default_timeout(60_000)
+            page.goto(f"http://127.0.0.1:{sidecar.port}/")
+            error = page.locator("#group-error")
+            error.wait_for(state="visible")
+            assert "cannot describe group 'nowhere'" in error.inner_text()
+            assert "this member's assignment only" in error.inner_text()
+            assert page.locator("#group-id").inner_text() == "nowhere"
+            assert page.locator("#webhooks-empty").is_visible()
+    finally:
+        sidecar.stop()
