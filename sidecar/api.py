@@ -21,7 +21,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sidecar.errors import SidecarError, StatusError, http_body, http_headers, http_status
 from sidecar.web import admin, assignment, control, events, probes, webhooks
+from sidecar.web.group import group_router
 from sidecar.web.limits import BodyLimit
+from sidecar.web.page import page_router
 from sidecar.web.runtime import COMMAND_TIMEOUT_SECONDS, Runtime, errors
 
 MAX_BODY_BYTES = 64 * 1024
@@ -41,6 +43,8 @@ def create_app(runtime: Runtime, *, command_timeout: float = COMMAND_TIMEOUT_SEC
     app.include_router(webhooks.router)
     app.include_router(events.router)
     app.include_router(probes.router)
+    app.include_router(group_router(runtime))
+    app.include_router(page_router())
     return app
 
 

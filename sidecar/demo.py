@@ -17,10 +17,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
 from sidecar.settings import Settings
+from sidecar.web.group import RosterMember, use_roster
 
 TOPICS = ("orders", "payments")
 GROUP = "demo-group"
@@ -34,6 +36,15 @@ class Peer(threading.Thread):
         super().__init__(name=name, daemon=True)
         self._servers = bootstrap
         self._leave = threading.Event()
+        # Replaced (never mutated) by this thread; read by /group's fallback.
+        self.membership: RosterMember | None = None
+
+    def _on_assign(self, consumer: Consumer, partitions: list[Any]) -> None:
+        owned = tuple(sorted((tp.topic, tp.partition) for tp in partitions))
+        self.membership = RosterMember(consumer.memberid() or "?", self.name, owned)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[Any]) -> None:
+        self.membership = RosterMember(consumer.memberid() or "?", self.name, ())
 
     def run(self) -> None:
         consumer = Consumer(
@@ -45,9 +56,15 @@ class Peer(threading.Thread):
                 "client.id": self.name,
             }
         )
-        consumer.subscribe(list(TOPICS))
+        consumer.subscribe(
+            list(TOPICS),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
         while not self._leave.is_set():
             consumer.poll(0.2)
+        self.membership = None
         consumer.close()
 
     def leave(self) -> None:
@@ -81,6 +98,10 @@ class Choreography(threading.Thread):
                 self._peers.pop(rng.randrange(len(self._peers))).leave()
             else:
                 self._spawn()
+
+    def members(self) -> list[RosterMember]:
+        """The peers in the group now (the status page's ``/group`` on the mock cluster)."""
+        return [m for m in (p.membership for p in list(self._peers)) if m is not None]
 
     def stop(self) -> None:
         self._stop.set()
@@ -119,6 +140,7 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         kafka={k: str(v) for k, v in _PEER_CONFIG.items()},
     )
     choreography = Choreography(bootstrap, peers)
+    use_roster(choreography)  # the mock cluster cannot answer DescribeGroups
     choreography.start()
     base = f"http://127.0.0.1:{port}"
     print(
@@ -128,6 +150,7 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         f"  curl '{base}/assignment?after=0&wait=30'  # long-poll for the next change\n"
         f"  curl -N {base}/events                     # live CloudEvents (SSE)\n"
         f"  curl -X POST {base}/enforce-rebalance     # KIP-568 rebalance\n"
+        f"  open {base}/                              # the status page\n"
         f"  open {base}/docs                          # the API\n"
         f"Journal: {workdir}. Ctrl-C stops.\n",
         file=sys.stderr,

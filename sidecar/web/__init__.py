@@ -4,6 +4,9 @@
 * ``control`` — ``POST /enforce-rebalance``, ``POST /commit``, ``POST /drain`` (bearer);
 * ``webhooks`` — the webhook registry and its delivery logs;
 * ``events`` — ``GET /events``: SSE, or JSON history from the journal;
+* ``group`` — ``GET /group``: the whole group as the coordinator describes it (an
+  ``AdminClient``, never the member's ``Consumer``), cached briefly;
+* ``page`` — the status page at ``/`` (static files; it calls only the public API);
 * ``probes`` — ``/livez`` (``/healthz``), ``/startupz``, ``/readyz``, ``/metrics``;
 * ``admin`` — the admin listener's ``/drain`` for the kubelet's ``preStop`` hook.
 

@@ -1,0 +1,160 @@
+"""The status page at ``/`` in a real headless Chromium, against a real broker.
+
+The group holds a sidecar and a plain confluent-kafka consumer; the sidecar has a token,
+a healthy blocking webhook and one that always answers 500. The page must show the
+partitions this sidecar owns, put an enforced rebalance on its timeline without a reload,
+and show the failing webhook as failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sidecar.subscriptions import new_secret
+from tests.support.browser import chromium
+from tests.support.members import PlainConsumer, plain_consumers
+from tests.support.receiver import Receiver, accept
+from tests.support.sidecars import Sidecar, wait_until
+
+pytestmark = pytest.mark.kafka
+__all__ = ["plain_consumers"]  # a fixture
+
+PARTITIONS = 4
+TOKEN = "page-test-token"
+MINE = ".cell[data-mine='true']"
+
+
+def always_500(event: dict[str, object]) -> tuple[int, object, float]:
+    return 500, {"error": "this receiver always fails"}, 0.0
+
+
+def test_status_page_shows_the_group_live(
+    kafka_bootstrap: str,
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    plain_consumers: list[PlainConsumer],
+) -> None:
+    topic = topic_factory(PARTITIONS)
+    good_secret, bad_secret = new_secret(), new_secret()
+    good = Receiver(good_secret, accept).start()
+    bad = Receiver(bad_secret, always_500).start()
+    try:
+        sidecar = sidecar_factory(
+            group_id,
+            topic,
+            token=TOKEN,
+            extra_env={
+                "SIDECAR_WEBHOOK_BACKOFF_INITIAL_MS": "200",
+                "SIDECAR_WEBHOOK_BACKOFF_MAX_MS": "1000",
+            },
+            webhooks=[
+                {"url": good.url, "secret": good_secret, "mode": "blocking"},
+                {"url": bad.url, "secret": bad_secret, "mode": "async"},
+            ],
+        )
+        plain = PlainConsumer(kafka_bootstrap, group_id, topic, "plain-python")
+        plain.start()
+        plain_consumers.append(plain)
+        wait_until(
+            lambda: (
+                sidecar.assignment()["state"] == "stable"
+                and 0 < len(sidecar.partitions()) < PARTITIONS
+            ),
+            90,
+            "the sidecar stable with a share of the partitions",
+        )
+        hooks = {h["url"]: h["id"] for h in sidecar.client.get("/webhooks").json()}
+
+        with chromium() as page:
+            page.set_default_timeout(60_000)
+            page.goto(f"http://127.0.0.1:{sidecar.port}/")
+            page.evaluate("window.__sameDocument = true")
+
+            # The grid: every partition of the group, this sidecar's highlighted.
+            page.wait_for_function(
+                f"""expected => {{
+                    const mine = [...document.querySelectorAll("{MINE}")]
+                        .map(c => c.dataset.topic + "/" + c.dataset.partition).sort();
+                    const all = document.querySelectorAll(".cell[data-owner]:not([data-owner=''])");
+                    return all.length === {PARTITIONS} && mine.join() === expected.join();
+                }}""",
+                arg=sorted(f"{t}/{p}" for t, p in sidecar.partitions()),
+            )
+            assert page.locator("#members tbody tr").count() == 2
+            assert "plain-python" in page.locator("#members").inner_text()
+            assert page.locator("#member-state").get_attribute("data-state") == "stable"
+            before = sidecar.assignment()["generation_id"]
+            assert page.locator("#member-generation").inner_text() == str(before)
+
+            # Enforce without the token: refused, and the page says why.
+            page.click("#enforce")
+            page.wait_for_function(
+                "() => document.querySelector('#action-result').textContent"
+                ".includes('token is required')"
+            )
+            # With the token: the rebalance reaches the timeline over SSE, no reload.
+            page.fill("#token", TOKEN)
+            page.fill("#reason", "from the page test")
+            page.click("#enforce")
+            page.wait_for_function(
+                "() => document.querySelector('#action-result').textContent"
+                ".startsWith('Rebalance requested')"
+            )
+            page.wait_for_function(
+                """before => [...document.querySelectorAll(
+                        "#timeline li.event[data-type='kafka.partitions.assigned']")]
+                    .some(li => Number(li.dataset.generation) > before)""",
+                arg=before,
+            )
+            assert (
+                page.locator("#timeline li.event[data-type='kafka.rebalance.requested']").count()
+                + page.locator("#timeline li.event[data-type='kafka.partitions.revoked']").count()
+                >= 1
+            )
+            assert page.evaluate("window.__sameDocument") is True
+            after = int(page.locator("#member-generation").inner_text())
+            assert after > before
+
+            # Webhook health: the 500 one is failing, the other healthy.
+            page.wait_for_selector(
+                f"#webhooks tr[data-webhook-id='{hooks[bad.url]}'][data-health='failing']"
+            )
+            page.wait_for_selector(
+                f"#webhooks tr[data-webhook-id='{hooks[good.url]}'][data-health='healthy']"
+            )
+            failing_row = page.locator(f"#webhooks tr[data-webhook-id='{hooks[bad.url]}']")
+            assert "500" in failing_row.inner_text()
+            assert int(failing_row.locator("td.num").first.inner_text()) >= 1
+
+            # Drain from the page (two clicks): the member leaves and the page shows it.
+            page.click("#drain")
+            page.click("#drain")
+            page.wait_for_function(
+                "() => document.querySelector('#member-state').dataset.state === 'stopped'"
+            )
+            assert "Drained" in page.locator("#action-result").inner_text()
+            assert page.evaluate("window.__sameDocument") is True
+    finally:
+        good.stop()
+        bad.stop()
+
+
+def test_status_page_says_when_the_coordinator_cannot_be_asked(tmp_path: Path) -> None:
+    sidecar = Sidecar("127.0.0.1:9", "nowhere", "t", tmp_path / "s", name="unreachable")
+    try:
+        sidecar.start()
+        with chromium() as page:
+            page.set_default_timeout(60_000)
+            page.goto(f"http://127.0.0.1:{sidecar.port}/")
+            error = page.locator("#group-error")
+            error.wait_for(state="visible")
+            assert "cannot describe group 'nowhere'" in error.inner_text()
+            assert "this member's assignment only" in error.inner_text()
+            assert page.locator("#group-id").inner_text() == "nowhere"
+            assert page.locator("#webhooks-empty").is_visible()
+    finally:
+        sidecar.stop()
