@@ -32,6 +32,9 @@ scripts/check-deploy.sh tools </dev/null
 step "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null
 
+step "set-up: Debian's Chromium for the status page (scripts/chromium.sh)"
+scripts/chromium.sh </dev/null
+
 step "ruff"
 ruff check .
 ruff format --check .
