@@ -198,7 +198,8 @@ def _run(config: Path | None, env_file: Path | None) -> int:
     import structlog
 
     from sidecar import logs
-    from sidecar.settings import InvalidSettings, load_settings, unknown_variables
+    from sidecar.settings import InvalidSettings
+    from sidecar.settings_sources import load_settings, unknown_variables
 
     unknown = unknown_variables(os.environ)
     try:
@@ -344,7 +345,7 @@ def _check_declared_webhooks(settings: Settings) -> None:
 
 
 def _settings_table(files: list[Path]) -> int:
-    from sidecar.settings import markdown_table, rewrite_table
+    from sidecar.settings_table import markdown_table, rewrite_table
 
     if not files:
         print(markdown_table(), end="")

@@ -27,7 +27,8 @@ import httpx
 import pytest
 import yaml
 
-from sidecar.settings import ENV_PREFIX, Settings, load_settings
+from sidecar.settings import ENV_PREFIX, Settings
+from sidecar.settings_sources import load_settings
 from tests.support.sidecars import COMMAND
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.settings import InvalidSettings, load_settings
+from sidecar.settings import InvalidSettings
+from sidecar.settings_sources import load_settings
 from tests.security.conftest import OFFLINE, Run
 from tests.support.kafka import committed
 from tests.support.sidecars import Sidecar

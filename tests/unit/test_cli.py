@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from sidecar.cli import _EarlySignals, check_resolvable
-from sidecar.settings import InvalidSettings, load_settings
+from sidecar.settings import InvalidSettings
+from sidecar.settings_sources import load_settings
 from tests.support.sidecars import REPO, free_port
 
 BASE_ENV = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from sidecar.settings import TABLE_START, Settings, rewrite_table
+from sidecar.settings import Settings
+from sidecar.settings_table import TABLE_START, rewrite_table
 from tests.support.sidecars import REPO
 
 TABLES = ("README.md", "docs/settings.md")

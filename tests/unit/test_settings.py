@@ -13,9 +13,8 @@ from sidecar.settings import (
     kafka_properties_from_env,
     kafka_property_name,
     kafka_property_variable,
-    load_settings,
-    unknown_variables,
 )
+from sidecar.settings_sources import load_settings, unknown_variables
 
 
 def test_kafka_passthrough_names() -> None:

@@ -1,0 +1,178 @@
+"""Where settings come from: pydantic-settings' own sources, merged in one place.
+
+Highest priority first: the ``SIDECAR_*`` environment (plus the ``SIDECAR_KAFKA_<NAME>``
+pass-through no field name can express), a dotenv file (``SIDECAR_ENV_FILE``), a
+YAML/TOML/JSON settings file (``SIDECAR_CONFIG_FILE``), then the defaults. Every failure is
+one ``InvalidSettings`` line that names the variable, for the CLI's exit 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsError,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from sidecar.settings import (
+    CONFIG_FILE_ENV,
+    ENV_FILE_ENV,
+    ENV_PREFIX,
+    KAFKA_ENV_PREFIX,
+    InvalidSettings,
+    Settings,
+    kafka_properties_from_env,
+)
+
+
+class _Environment(EnvSettingsSource):
+    """``SIDECAR_*`` variables of one mapping (``os.environ`` at the edge), plus the
+    ``SIDECAR_KAFKA_<NAME>`` pass-through that no field name can express."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # The library reads ``os.environ`` here; the CLI hands us that same mapping, tests
+        # a dict of their own.
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+    def __call__(self) -> dict[str, Any]:
+        return _with_kafka_properties(super().__call__(), self.env_vars)
+
+
+class _DotEnv(DotEnvSettingsSource):
+    """The same variables from a dotenv file. Names no setting reads are skipped there
+    (``only_existing``), like the environment's; only the environment's get the typo
+    warning, as the file may be a FIFO that can be read once."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env_file: Path) -> None:
+        super().__init__(settings_cls, env_file=env_file, dotenv_filtering="only_existing")
+
+    def __call__(self) -> dict[str, Any]:
+        return _with_kafka_properties(super().__call__(), self.env_vars)
+
+
+def _with_kafka_properties(
+    data: dict[str, Any], env_vars: Mapping[str, str | None]
+) -> dict[str, Any]:
+    props = kafka_properties_from_env({k: v for k, v in env_vars.items() if v is not None})
+    if props:
+        # Merged over the file's ``kafka`` mapping by the library (a deep update).
+        data["kafka"] = {**(data.get("kafka") or {}), **props}
+    return data
+
+
+def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
+    """YAML (the default), TOML or JSON by suffix; the library skips a missing file, but
+    one that was named must exist."""
+    if not path.is_file():
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
+    try:
+        if path.suffix == ".toml":
+            return TomlConfigSettingsSource(Settings, toml_file=path)
+        if path.suffix == ".json":
+            return JsonConfigSettingsSource(Settings, json_file=path)
+        return YamlConfigSettingsSource(Settings, yaml_file=path)
+    except OSError as exc:
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, yaml.YAMLError) as exc:  # TOMLDecodeError, JSONDecodeError
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is not valid: {_one_line(exc)}") from None
+    except (AttributeError, TypeError):  # a list or a scalar where settings belong
+        raise InvalidSettings(
+            f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings"
+        ) from None
+
+
+def load_settings(
+    environ: Mapping[str, str], config_file: Path | None = None, env_file: Path | None = None
+) -> Settings:
+    """Build the settings: environment > dotenv file > settings file > defaults.
+
+    Raise ``InvalidSettings`` with one line naming every offending setting.
+    """
+    upper = {key.upper(): value for key, value in environ.items()}
+    if config_file is None and upper.get(CONFIG_FILE_ENV):
+        config_file = Path(upper[CONFIG_FILE_ENV])
+    if env_file is None and upper.get(ENV_FILE_ENV):
+        env_file = Path(upper[ENV_FILE_ENV])
+    sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
+    if env_file is not None:
+        if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
+            raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
+        sources.append(_DotEnv(Settings, env_file))
+    if config_file is not None:
+        sources.append(_settings_file_source(config_file))
+    try:
+        # ``_build_sources``: BaseSettings' documented way to hand it ready sources; mypy
+        # sees only the fields in the signature.
+        return Settings(_build_sources=(tuple(sources), {}))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise InvalidSettings(_describe(exc)) from None
+    except SettingsError as exc:
+        # The library's message names the field: "error parsing value for field "kafka"".
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = f"{ENV_PREFIX}{field.group(1).upper()}" if field else "settings"
+        raise InvalidSettings(f"invalid setting {where}: {_one_line(exc)}") from None
+
+
+def known_variables() -> tuple[str, ...]:
+    """Every ``SIDECAR_*`` name the sidecar reads (the Kafka pass-through as its prefix)."""
+    return (
+        *(f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields if name != "kafka"),
+        CONFIG_FILE_ENV,
+        ENV_FILE_ENV,
+    )
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``SIDECAR_*`` variable nothing reads: a typo silently means a default."""
+    known = known_variables()
+    lines = []
+    for key in sorted(environ):
+        name = key.upper()
+        if not name.startswith(ENV_PREFIX) or name in known or name.startswith(KAFKA_ENV_PREFIX):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"unknown variable {key} is ignored{hint}")
+    return lines
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden" and loc:
+            close = difflib.get_close_matches(loc[0], list(Settings.model_fields), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            lines.append(f"unknown setting {loc[0]!r} in the settings file{hint}")
+            continue
+        name = f"{ENV_PREFIX}{loc[0].upper()}" if loc else "settings"
+        if loc and loc[0] == "kafka" and len(loc) > 1:
+            name = f"kafka property {loc[1]}"
+        where = f"{name}{'[' + ']['.join(loc[1:]) + ']' if len(loc) > 1 else ''}"
+        message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
+        lines.append(f"invalid setting {where}: {message}")
+    return "; ".join(lines)
