@@ -39,6 +39,7 @@ def create_app(runtime: Runtime, *, command_timeout: float = COMMAND_TIMEOUT_SEC
         responses=errors(400, 413, 422),
     )
     app.include_router(assignment.router)
+    app.add_middleware(assignment.AssignmentFastPath, runtime=runtime)
     app.include_router(control.router)
     app.include_router(webhooks.router)
     app.include_router(events.router)

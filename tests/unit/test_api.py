@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -20,8 +21,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.types import Message, Receive, Scope, Send
 
-from sidecar.api import create_admin_app, create_app
+from sidecar.api import MAX_BODY_BYTES, create_admin_app, create_app
 from sidecar.commands import Commit
 from sidecar.components import Components, build_components
 from sidecar.errors import (
@@ -38,10 +40,11 @@ from sidecar.errors import (
 from sidecar.feed import Feed
 from sidecar.handoff import Handoff
 from sidecar.journal import Journal
-from sidecar.model import Assignment
+from sidecar.model import Assignment, MemberState, TopicPartition
 from sidecar.probes import Lifecycle, Probes
 from sidecar.settings import Settings
 from sidecar.subscriptions import Registry
+from sidecar.web.assignment import AssignmentFastPath
 
 
 class InProcess:
@@ -223,6 +226,95 @@ def test_openapi_declares_the_bearer_scheme_on_mutations_only(tmp_path: Path) ->
                 assert secured == (method in ("post", "delete")), (method, path)
                 if secured:
                     assert {"401", "403"} <= set(operation["responses"]), (method, path)
+
+    run(tmp_path, scenario)
+
+
+def test_plain_get_assignment_sends_the_documented_routes_bytes_for_the_current_snapshot(
+    tmp_path: Path,
+) -> None:
+    # ``?after=0&wait=0`` answers at once and goes through the FastAPI route; the plain
+    # GET is the fast path's. Everything but the Date header must be the same bytes.
+    async def both(client: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
+        return await client.get("/assignment"), await client.get("/assignment?after=0&wait=0")
+
+    def wire(response: httpx.Response) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"date"]
+        return response.status_code, headers, response.content
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        plain, routed = await both(client)
+        assert wire(plain) == wire(routed)
+        assert plain.headers["content-type"] == "application/json"
+        assert plain.json() == runtime.handoff.snapshot.as_dict()
+
+        # A new snapshot is served by the very next request, encoded as the route does,
+        # escapes included.
+        changed = dataclasses.replace(
+            runtime.handoff.snapshot,
+            sequence=runtime.handoff.snapshot.sequence + 1,
+            state=MemberState.STABLE,
+            partitions=(TopicPartition("orders", 0), TopicPartition("zählung \u2028", 3)),
+            error='broker "é" down\n\x00\x7f \U0001f600 </script>',
+        )
+        runtime.handoff.publish(changed)
+        plain, routed = await both(client)
+        assert wire(plain) == wire(routed)
+        assert plain.json()["sequence"] == changed.sequence
+        assert plain.json()["error"] == changed.error
+
+        # With a body it is the route's request, under the same body limit as before.
+        too_large = await client.request("GET", "/assignment", content=b"x" * (MAX_BODY_BYTES + 1))
+        assert too_large.status_code == 413, too_large.text
+
+    run(tmp_path, scenario)
+
+
+def test_the_fast_path_takes_only_a_plain_get_of_the_assignment(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        passed: list[str] = []
+
+        async def route(scope: Scope, receive: Receive, send: Send) -> None:
+            passed.append(f"{scope['method']} {scope['path']}?{scope['query_string'].decode()}")
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        def request(method: str, path: str, query: bytes = b"", **headers: str) -> Scope:
+            return {
+                "type": "http",
+                "method": method,
+                "path": path,
+                "query_string": query,
+                "root_path": "",
+                "headers": [(b"host", b"127.0.0.1")]
+                + [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
+            }
+
+        installed: list[object] = [m.cls for m in create_app(runtime).user_middleware]
+        assert AssignmentFastPath in installed
+        fast = AssignmentFastPath(route, runtime)
+        await fast(request("GET", "/assignment"), receive, send)
+        assert passed == []
+        assert sent[0]["status"] == 200
+        assert sent[1]["body"] == (await client.get("/assignment?wait=0")).content
+        for scope in (
+            request("GET", "/assignment", b"after=1&wait=2"),
+            request("GET", "/assignment", b"after=x"),
+            request("GET", "/assignment", content_length="0"),
+            request("GET", "/assignment", transfer_encoding="chunked"),
+            request("HEAD", "/assignment"),
+            request("POST", "/assignment"),
+            request("GET", "/assignment/"),
+            request("GET", "/events"),
+        ):
+            await fast(scope, receive, send)
+        assert len(passed) == 8, passed
 
     run(tmp_path, scenario)
 
