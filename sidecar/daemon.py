@@ -48,11 +48,28 @@ __all__ = ["STOP_STEPS", "Sidecar", "StartupError"]
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, minus its signal handling: the daemon owns SIGTERM/SIGINT."""
+    """uvicorn, minus its signal handling (the daemon owns SIGTERM/SIGINT) and minus its ten
+    wake-ups a second to look at ``should_exit``: an idle sidecar ticks once a second (the
+    resolution of the Date header), and ``request_exit`` wakes it at once."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._exit_requested: asyncio.Event | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    def request_exit(self) -> None:
+        self.should_exit = True
+        if self._exit_requested is not None:
+            self._exit_requested.set()
+
+    async def main_loop(self) -> None:
+        self._exit_requested = asyncio.Event()
+        while not await self.on_tick(0):  # counter 0: the Date header is refreshed each tick
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit_requested.wait(), 1.0)
 
 
 @dataclass(slots=True)
@@ -260,7 +277,7 @@ class Sidecar:
     async def close_listeners(self, seconds: float) -> None:
         for listener in self._listeners:
             if listener.server is not None:
-                listener.server.should_exit = True
+                listener.server.request_exit()
         tasks = [lst.task for lst in self._listeners if lst.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=seconds)
