@@ -70,8 +70,17 @@ _ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 # A journal append is retried after these pauses before the member fails stop.
 _JOURNAL_RETRY_SECONDS = (0.1, 0.5, 1.0)
 JOURNAL_FAILED_EXIT = 70  # EX_SOFTWARE
+_DEFAULT_SESSION_SECONDS = 45.0  # Kafka's session.timeout.ms default, both protocols
 # While Kafka looks unreachable, ask it for metadata this often to notice it is back.
 _CONTACT_PROBE_SECONDS = 5.0
+
+
+def _presumed_session_seconds(settings: Settings) -> float:
+    """How long the broker waits for us before fencing: librdkafka's ``session.timeout.ms``
+    (classic), or under KIP-848 the broker's ``group.consumer.session.timeout.ms``, which
+    ``SIDECAR_KAFKA_SESSION_TIMEOUT_MS`` should then repeat; Kafka's default otherwise."""
+    value = settings.kafka.get("session.timeout.ms")
+    return int(value) / 1000 if value else _DEFAULT_SESSION_SECONDS
 
 
 class JournalFailed(RuntimeError):
@@ -124,6 +133,13 @@ class GroupMember:
         self._failed: str | None = None  # set once the member fails stop
         self._deferred: list[PendingCommand] = []  # taken during a barrier, run after it
         self._next_contact_probe = 0.0
+        # KIP-848 never calls on_lost when the coordinator is unreachable (librdkafka does
+        # not expire the session itself): past the session timeout the broker has fenced
+        # us, so we report the partitions lost and rejoin with a new consumer once Kafka
+        # answers again.
+        self._session_s = _presumed_session_seconds(settings)
+        self._presumed_lost = False
+        self._recreate = False
         self._log = log.bind(group_id=settings.group_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
@@ -148,6 +164,9 @@ class GroupMember:
                 self._session()
                 if self._leaving.is_set():
                     break
+                if self._recreate:
+                    self._recreate = False
+                    continue
                 self._log.error(
                     "consumer failed fatally; creating a new one",
                     error=self._link.error,
@@ -172,14 +191,16 @@ class GroupMember:
         consumer = self._consumer_factory(self._config())
         self._consumer = consumer
         self._core.session_started()
+        self._presumed_lost = False
         self._publish()
         try:
             self._subscribe()
             timeout = self._settings.poll_timeout_ms / 1000
             next_identity_check = 0.0
-            while not self._leaving.is_set() and self._link.fatal is None:
+            while not self._leaving.is_set() and self._link.fatal is None and not self._recreate:
                 self.last_tick = now = time.monotonic()
                 self._serve_commands()
+                self._check_session(now)
                 if now >= next_identity_check and self._consumer is not None:
                     # KIP-848 bumps member epochs without a callback when nothing moves.
                     next_identity_check = now + _IDENTITY_CHECK_SECONDS
@@ -200,7 +221,7 @@ class GroupMember:
                     self._on_error(error)
         finally:
             if self._consumer is not None:
-                self._close(reason="fatal error" if self._link.fatal else "stopping")
+                self._close(reason=self._session_end_reason())
 
     def _config(self) -> dict[str, Any]:
         s = self._settings
@@ -218,6 +239,9 @@ class GroupMember:
             config["stats_cb"] = self._on_statistics
         if s.group_instance_id:
             config["group.instance.id"] = s.group_instance_id
+        if s.group_protocol == "consumer":
+            # Broker-side under KIP-848 (librdkafka refuses it): only our presumption.
+            config.pop("session.timeout.ms", None)
         if s.assignment_strategy:
             config["partition.assignment.strategy"] = s.assignment_strategy
         return config
@@ -250,6 +274,49 @@ class GroupMember:
             self._emit_without_consumer(reason)
         self._core.session_ended(fatal=self._link.fatal is not None)
         self._publish()
+
+    def _session_end_reason(self) -> str:
+        if self._link.fatal:
+            return "fatal error"
+        return "rejoining after a lost session" if self._recreate else "stopping"
+
+    def _check_session(self, now: float) -> None:
+        """Report the partitions lost once Kafka has been unreachable past the session."""
+        since = self._link.unreachable_since
+        if self._presumed_lost:
+            if since is None:
+                self._log.warning("Kafka answers again: rejoining with a new consumer")
+                self._recreate = True
+            return
+        if since is None or not self._core.owned or now - since <= self._session_s:
+            return
+        self._presumed_lost = True
+        self._link.error = (
+            f"no answer from Kafka for {now - since:.0f} s, past the session timeout "
+            f"({self._session_s:.0f} s): the partitions are presumed lost"
+        )
+        self._log.error("session presumed expired", unreachable_s=round(now - since, 1))
+        started = time.perf_counter()
+        self._metrics.failed_rebalances.inc()
+        draft = self._core.taken(list(self._core.owned), EventType.LOST, time.monotonic())
+        try:
+            event = self._journal_event(draft)
+        except JournalFailed as exc:
+            self._failing(str(exc))
+            return
+        try:
+            outcome = self._handoff.await_barrier(
+                event, self._settings.revoke_timeout_ms / 1000, serve=self._serve_commits
+            )
+        finally:
+            self._core.barrier_over()
+        self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
+        self._log.warning(
+            "partitions lost",
+            partitions=len(draft.partitions),
+            sequence=event.sequence,
+            barrier_timed_out=outcome.timed_out,
+        )
 
     def _probe_contact(self, consumer: Consumer, now: float) -> None:
         """Kafka looked unreachable: a metadata answer says it is back (no stats needed)."""
@@ -411,8 +478,8 @@ class GroupMember:
     ) -> None:
         started = time.perf_counter()
         label = "revoked" if kind is EventType.REVOKED else "lost"
-        if self._failed is not None:
-            return
+        if self._failed is not None or self._presumed_lost:
+            return  # failing, or the partitions were reported lost already
         try:
             self._read_identity(consumer)
             if kind is EventType.LOST:
