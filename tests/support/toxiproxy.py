@@ -164,12 +164,12 @@ class ProxiedBroker:
 @contextmanager
 def proxied_broker(workdir: Path) -> Iterator[ProxiedBroker]:
     toxiproxy = Toxiproxy(workdir / "toxiproxy.log").start()
-    broker = ProxiedBroker(workdir, toxiproxy)
     try:
-        broker.run("start")
-        yield broker
-    finally:
+        broker = ProxiedBroker(workdir, toxiproxy)
         try:
-            broker.run("stop")
+            broker.run("start")
+            yield broker
         finally:
-            toxiproxy.stop()
+            broker.run("stop")
+    finally:
+        toxiproxy.stop()
