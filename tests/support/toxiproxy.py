@@ -93,6 +93,7 @@ class Toxiproxy:
                     return self
             except httpx.TransportError:
                 time.sleep(0.1)
+        self.stop()
         raise AssertionError("toxiproxy did not answer within 30 s")
 
     def proxy(self, name: str, upstream: str, listen_port: int | None = None) -> Proxy:
