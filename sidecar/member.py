@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
 from sidecar.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
-from sidecar.handoff import Command, Handoff, PendingCommand
+from sidecar.handoff import Command, Handoff, MemberGone, PendingCommand
 from sidecar.journal import Journal
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
@@ -152,6 +152,8 @@ class GroupMember:
         finally:
             self._core.stopped()
             self._publish()
+            for pending in self._deferred:  # taken during a barrier, never run
+                pending.future.set_exception(MemberGone("the group member has stopped"))
             self._handoff.close()
             self._journal.close()
 
@@ -222,7 +224,8 @@ class GroupMember:
             self._listener.lose(
                 self._core.lost_with_consumer(reason), "partitions lost with the consumer"
             )
-        self._core.session_ended(fatal=self._link.fatal is not None)
+        # A session presumed expired stays "lost" until the new consumer joins.
+        self._core.session_ended(fatal=self._link.fatal is not None or self._recreate)
         self._publish()
 
     def _session_end_reason(self) -> str:
