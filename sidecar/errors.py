@@ -116,8 +116,11 @@ class MemberGone(MemberRefused):
     """The consumer thread has stopped; the command was not (and will not be) run."""
 
 
-class MemberBusy(SidecarError, RuntimeError):
-    """The consumer thread did not take the command in time; it was withdrawn, never run."""
+class MemberBusy(SidecarError, TimeoutError):
+    """The consumer thread did not take the command in time; it was withdrawn, never run.
+
+    A ``TimeoutError``: callers that only care that the deadline passed need not know it.
+    """
 
 
 class CommitFailed(SidecarError, RuntimeError):

@@ -15,17 +15,25 @@ from __future__ import annotations
 
 import struct
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
 from sidecar.model import OffsetStatus, PartitionOffset
+from sidecar.settings import Settings
 
 _CGMD_MAGIC = b"CGMDv2:"
 # Between two reads of committed offsets that failed, within the bound.
 _COMMITTED_RETRY_SECONDS = 0.25
+# KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
+_KIP848_RESTORE_SECONDS = 0.5
+# Enforce topic names and patterns match no topic; librdkafka reports them as unavailable.
+ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
 
 def generation_of(cgmd: bytes) -> int:
@@ -114,3 +122,62 @@ def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> 
     failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
     if failed:
         raise CommitFailed("commit failed for " + "; ".join(failed))
+
+
+def consumer_config(
+    settings: Settings,
+    on_error: Callable[[KafkaError], None],
+    on_statistics: Callable[[str], None],
+) -> dict[str, Any]:
+    """The member's ``Consumer`` configuration: it holds membership, never auto-commits."""
+    s = settings
+    config: dict[str, Any] = {
+        **s.kafka,
+        "bootstrap.servers": s.bootstrap_servers,
+        "group.id": s.group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "group.protocol": s.group_protocol,
+        "error_cb": on_error,
+    }
+    if s.statistics_interval_ms:
+        config["statistics.interval.ms"] = s.statistics_interval_ms
+        config["stats_cb"] = on_statistics
+    if s.group_instance_id:
+        config["group.instance.id"] = s.group_instance_id
+    if s.assignment_strategy:
+        config["partition.assignment.strategy"] = s.assignment_strategy
+    if s.group_protocol == "consumer":
+        # Broker-side under KIP-848 (librdkafka refuses it): only the member's presumption.
+        config.pop("session.timeout.ms", None)
+    return config
+
+
+def rejoin(consumer: Consumer, settings: Settings, subscribe: Callable[..., None]) -> float:
+    """librdkafka has no rejoin call (#3446): make it rejoin through subscribe().
+
+    Answers when (monotonic) the subscription must be restored with ``subscribe()``, or 0.
+
+    A classic coordinator answers a follower's JoinGroup with unchanged metadata with
+    the current assignment, so the member must change what it sends:
+
+    * eager: unsubscribe() and subscribe() again: it revokes everything (as Java's eager
+      enforce does), leaves and rejoins as a new member; one rebalance for the group;
+    * cooperative-sticky: subscribe with an extra topic name that does not exist (a new
+      one each time, replacing the last): librdkafka sees the subscribed topics change
+      and rejoins with new metadata; the sticky assignor moves nothing. (A pattern that
+      matches nothing only works once: librdkafka's metadata then never looks stale.)
+    * KIP-848: add such a pattern and remove it again a moment later: the broker bumps
+      the group epoch and every member's epoch follows, with no callback and nothing
+      moving (seen only through the generation; see ``_KIP848_RESTORE_SECONDS``).
+    """
+    if not settings.cooperative:
+        consumer.unsubscribe()
+        subscribe()
+        return 0.0
+    name = f"{ENFORCE_PATTERN}{uuid.uuid4().hex}"
+    if settings.group_protocol == "consumer":
+        subscribe(extra=(f"^{name}$",))
+        return time.monotonic() + _KIP848_RESTORE_SECONDS
+    subscribe(extra=(name,))
+    return 0.0

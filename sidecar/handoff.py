@@ -70,6 +70,12 @@ class PendingCommand:
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
 
 
+def _nobody_waits(answer: asyncio.Future[Any]) -> None:
+    """The caller gave up: its command's failure is the member's to log, not asyncio's."""
+    if not answer.cancelled():
+        answer.exception()
+
+
 class Handoff:
     def __init__(self, loop: asyncio.AbstractEventLoop, initial: Assignment) -> None:
         self._loop = loop
@@ -182,7 +188,8 @@ class Handoff:
 
         When the thread has not *taken* the command within ``timeout`` (it is inside a
         long rebalance callback, say), the command is withdrawn and ``MemberBusy`` raised:
-        it will never run. Once taken, it runs to the end and its answer is awaited.
+        it will never run. When it was taken but has not finished, a plain ``TimeoutError``
+        says the deadline passed while it runs on (a drain still leaving the group).
         """
         if self._closed:
             raise MemberGone("the group member has stopped")
@@ -198,7 +205,8 @@ class Handoff:
                 raise MemberBusy(
                     f"the group member did not take the command within {timeout} s"
                 ) from None
-            result = await answer
+            answer.add_done_callback(_nobody_waits)
+            raise
         return result
 
     async def wait_for_change(self, after_sequence: int, timeout: float) -> Assignment:

@@ -43,6 +43,8 @@ class KafkaLink:
         self._sources = sources
         self._log = log
         self.connected = False
+        # Monotonic time of the first unreachable error since Kafka last answered us.
+        self.unreachable_since: float | None = None
         self.error: str | None = None
         self.fatal: KafkaError | None = None
         self._logged_at: dict[int, float] = {}
@@ -54,6 +56,7 @@ class KafkaLink:
     def healthy(self) -> None:
         """An assignment arrived: the coordinator answered, whatever was wrong is over."""
         self.connected = True
+        self.unreachable_since = None
         self.error = None
 
     def contact(self) -> bool:
@@ -64,6 +67,7 @@ class KafkaLink:
         """
         changed = not self.connected or (self.error is not None and self.fatal is None)
         self.connected = True
+        self.unreachable_since = None
         if self.fatal is None:
             self.error = None
         return changed
@@ -79,6 +83,9 @@ class KafkaLink:
         elif code in _UNREACHABLE:
             if code == KafkaError._ALL_BROKERS_DOWN:
                 self.connected = False
+                # One broker down is not a partition from the group; all of them is.
+                if self.unreachable_since is None:
+                    self.unreachable_since = time.monotonic()
             self.error = error.str()
             if self._should_log(code):
                 log.warning(
@@ -106,6 +113,10 @@ class KafkaLink:
         brokers = [b for b in (stats.get("brokers") or {}).values() if b.get("nodeid", -1) != -1]
         up = any(b.get("state") == "UP" for b in brokers)
         changed = False
+        if up:
+            self.unreachable_since = None
+        elif brokers and self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()  # a silent partition gives no errors
         if up != self.connected and (up or brokers):
             self.connected = up
             if up and self.error and not self.error.startswith("fatal"):

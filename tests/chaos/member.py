@@ -2,7 +2,8 @@
 
 The sidecar is restarted on the same data dir, so its journal and webhook cursors
 survive. Its two subscribers are declared in its settings: ``app``, the blocking
-application (it hands offsets back on about half of the ``revoked`` events), and
+application (on a third of the ``revoked`` events it hands offsets back, on another third it
+commits through ``POST /commit`` from inside its handler), and
 ``audit``, an async observer of every event type. Both are real HTTP servers that verify
 signatures; taking one down and bringing it back reuses its port.
 """
@@ -83,7 +84,7 @@ class Member:
     def _responder(self, kind: str) -> Callable[[dict[str, Any]], tuple[int, Any, float]]:
         def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
             delay = self.delay[kind]
-            if kind == "app" and event["type"] == invariants.REVOKED and _hands_back(event):
+            if kind == "app" and event["type"] == invariants.REVOKED:
                 offsets = [
                     {
                         "topic": p["topic"],
@@ -92,10 +93,30 @@ class Member:
                     }
                     for p in event["data"]["partitions"]
                 ]
-                return 200, {"offsets": offsets}, delay
+                way = _revoke_handling(event)
+                if way == "hand back":
+                    return 200, {"offsets": offsets}, delay
+                if way == "commit" and offsets:
+                    self._commit_from_handler(offsets)
             return 204, None, delay
 
         return respond
+
+    def _commit_from_handler(self, offsets: list[dict[str, Any]]) -> None:
+        """The revoke handler commits through its sidecar before it answers (the member
+        serves commits while it waits on the barrier). A refusal (409: the barrier timed out
+        and the partitions are gone; 503: Kafka refused) is an answer, not an API error."""
+        sidecar = self.sidecar
+        if sidecar is None:
+            return
+        try:
+            response = sidecar.client.post("/commit", json={"offsets": offsets}, timeout=40)
+        except httpx.HTTPError:
+            return  # the sidecar went away meanwhile (a kill in the plan)
+        if response.status_code >= 500 and response.status_code != 503:
+            self.api_errors.append(
+                f"{self.name} POST /commit -> {response.status_code}: {response.text}"
+            )
 
     def subscriber_up(self, kind: str) -> str:
         with self.lock:
@@ -319,6 +340,7 @@ class Member:
         )
 
 
-def _hands_back(event: dict[str, Any]) -> bool:
-    """About half of the revocations hand offsets back (decided by the event id)."""
-    return int(uuid.UUID(str(event["id"])).hex[-1], 16) % 2 == 0
+def _revoke_handling(event: dict[str, Any]) -> str:
+    """A third of the revocations hand offsets back in the answer, a third commit through
+    ``POST /commit`` from inside the handler, a third do neither (decided by the event id)."""
+    return ("hand back", "commit", "neither")[int(uuid.UUID(str(event["id"])).hex[-4:], 16) % 3]

@@ -3,12 +3,24 @@ generation, a journal that fails (fail stop)."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
+from sidecar.handoff import Handoff
+from sidecar.journal import Journal
+from sidecar.member import JOURNAL_FAILED_EXIT, GroupMember
+from sidecar.metrics import Metrics, StateSources
+from sidecar.model import Assignment, Event, EventDraft, MemberState
+from sidecar.settings_sources import load_settings
 from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
 from tests.support.sidecars import Sidecar, wait_until
@@ -85,3 +97,65 @@ def test_a_commit_naming_an_old_generation_is_refused(
     assert refused.status_code == 409, refused.text
     assert "stale" in refused.json()["error"]
     assert committed(kafka_bootstrap, group_id, topic, PARTITIONS)[0] == 5
+
+
+class FailingDisk(Journal):
+    """A journal whose disk fails from the first event on (the seam for a disk error)."""
+
+    attempts = 0
+
+    def append(self, draft: EventDraft) -> Event:
+        FailingDisk.attempts += 1
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_journal_that_cannot_append_stops_the_member(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The first assignment cannot be journaled: the member retries, then fails stop (it
+    must not hold partitions its application was never told about)."""
+    settings = load_settings(
+        {
+            "SIDECAR_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "SIDECAR_GROUP_ID": group_id,
+            "SIDECAR_TOPICS": topic_factory(PARTITIONS),
+            "SIDECAR_DATA_DIR": str(tmp_path),
+            "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+        }
+    )
+    stops: list[str] = []
+
+    async def main() -> Assignment:
+        loop = asyncio.get_running_loop()
+        handoff = Handoff(
+            loop,
+            Assignment(group_id, None, None, -1, "eager", MemberState.STARTING, (), 0),
+        )
+        member = GroupMember(
+            settings,
+            handoff,
+            Metrics(CollectorRegistry()),
+            StateSources(pending_events=lambda: 0),
+            journal_factory=lambda d: FailingDisk(d, durable=True),
+            fail_stop=stops.append,
+        )
+        member.start()
+        assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        return handoff.snapshot
+
+    final = asyncio.run(main())
+    assert FailingDisk.attempts == 4  # the first try and three retries
+    assert len(stops) == 1 and "journal append failed: disk I/O error" in stops[0]
+    assert final.state is MemberState.STOPPED
+    assert final.partitions == ()
+    assert final.error is not None and "journal append failed" in final.error
+
+
+def test_the_default_fail_stop_exits_the_process_non_zero() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from sidecar.member import _exit_process; _exit_process('x')"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == JOURNAL_FAILED_EXIT == 70

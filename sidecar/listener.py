@@ -1,0 +1,313 @@
+"""What librdkafka tells the member, turned into events: the rebalance listener.
+
+librdkafka calls these from ``poll()``/``close()`` on the member thread: the rebalance
+callbacks, the error and statistics callbacks. Each feeds the membership core
+(``sidecar.membership``), journals the event it drafts, announces it or holds the group
+at the barrier until blocking subscribers answered, commits offsets they handed back,
+and publishes the new snapshot. The member thread also calls ``lose`` when partitions go
+without a callback (a consumer that died, a session presumed expired).
+
+Callbacks catch everything: an exception escaping one during ``close()`` escapes
+``close()`` itself. A journal that cannot append is a fail stop (``JournalFailed``): the
+member could no longer tell its application what it owns, and running on silently would
+let it act on partitions it lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from sidecar.commands import CommitFailed
+from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
+from sidecar.handoff import BarrierOutcome, Handoff
+from sidecar.journal import Journal
+from sidecar.link import KafkaLink
+from sidecar.membership import Membership, RebalanceCompleted
+from sidecar.metrics import Metrics, StateSources
+from sidecar.model import (
+    Delivery,
+    DeliveryOutcome,
+    Event,
+    EventDraft,
+    EventType,
+    PartitionOffset,
+    TopicPartition,
+)
+from sidecar.settings import Settings
+
+log = structlog.get_logger("sidecar.member")
+
+# A journal append is retried after these pauses before the member fails stop.
+_JOURNAL_RETRY_SECONDS = (0.1, 0.5, 1.0)
+
+
+class JournalFailed(RuntimeError):
+    """The journal refused an append even after retries: the member must stop."""
+
+
+class RebalanceListener:
+    def __init__(
+        self,
+        settings: Settings,
+        core: Membership,
+        handoff: Handoff,
+        metrics: Metrics,
+        sources: StateSources,
+        serve_commits: Callable[[], None],
+        fail_stop: Callable[[str], None],
+    ) -> None:
+        self._settings = settings
+        self._core = core
+        self._handoff = handoff
+        self._metrics = metrics
+        self._sources = sources
+        self._serve_commits = serve_commits
+        self._fail_stop = fail_stop
+        self.journal: Journal | None = None  # opened by the member thread
+        self.link = KafkaLink(metrics, sources, lambda: self.log)
+        self.log: Any = log.bind(group_id=settings.group_id)
+        self.failed: str | None = None  # set once the member fails stop
+        # The partitions were reported lost without a callback: librdkafka's own revoke
+        # or lost for them (when this consumer closes) must not report them again.
+        self.presumed_lost = False
+
+    # -- librdkafka's callbacks ----------------------------------------------------------
+
+    def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        started = time.perf_counter()
+        try:
+            if self._settings.cooperative:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
+            if partitions:
+                consumer.pause(partitions)
+            if self.failed is not None:
+                return
+            offsets = self._committed(consumer, partitions)
+            self.read_identity(consumer)
+            self.link.healthy()
+            draft, completed = self._core.assigned(offsets, time.monotonic())
+            self.completed(completed)
+            event = self.record(draft)
+            self._handoff.announce(event)
+            self.log.info(
+                "partitions assigned",
+                partitions=len(offsets),
+                owned=len(self._core.owned),
+                sequence=event.sequence,
+                duration_s=round(time.perf_counter() - started, 4),
+            )
+        except JournalFailed as exc:
+            self.failing(str(exc))
+        except Exception:
+            self.log.exception("on_assign failed")
+        finally:
+            self._metrics.callback_seconds["assigned"].observe(time.perf_counter() - started)
+
+    def on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        self._on_taken(consumer, partitions, EventType.REVOKED)
+
+    def on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        self._on_taken(consumer, partitions, EventType.LOST)
+
+    def on_error(self, error: KafkaError) -> None:
+        self.link.on_error(error)
+        self.publish()
+
+    def on_statistics(self, raw: str) -> None:
+        changed, sample = self.link.on_statistics(raw)
+        if self._core.sample(sample.join_state, sample.sampled_at, time.monotonic()):
+            changed = True
+        if changed:
+            self.publish()
+
+    def _on_taken(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition], kind: EventType
+    ) -> None:
+        started = time.perf_counter()
+        label = "revoked" if kind is EventType.REVOKED else "lost"
+        if self.failed is not None or self.presumed_lost:
+            return  # failing, or the partitions were reported lost already
+        try:
+            self.read_identity(consumer)
+            if kind is EventType.LOST:
+                self._metrics.failed_rebalances.inc()
+            draft = self._core.taken(
+                (TopicPartition(p.topic, p.partition) for p in partitions),
+                kind,
+                time.monotonic(),
+            )
+            event = self.record(draft)
+            outcome = self._hold(event)
+            if outcome.offsets and kind is EventType.REVOKED:
+                self._commit_handed_back(consumer, event, outcome)
+            self.log.info(
+                f"partitions {label}",
+                partitions=len(draft.partitions),
+                sequence=event.sequence,
+                acknowledged=len(outcome.acknowledged),
+                gave_up=len(outcome.gave_up),
+                barrier_timed_out=outcome.timed_out,
+                waiting=list(outcome.waiting),
+                duration_s=round(time.perf_counter() - started, 4),
+            )
+        except JournalFailed as exc:
+            self.failing(str(exc))
+        except Exception:
+            self.log.exception(f"on_{label[:-1] if kind is EventType.REVOKED else label} failed")
+        finally:
+            self._metrics.callback_seconds[label].observe(time.perf_counter() - started)
+
+    # -- partitions gone without a callback ----------------------------------------------
+
+    def lose(self, draft: EventDraft, why: str) -> None:
+        """Report ``draft`` (lost partitions, already out of the core) through the barrier."""
+        started = time.perf_counter()
+        self._metrics.failed_rebalances.inc()
+        try:
+            event = self.record(draft)
+        except JournalFailed as exc:
+            self.failing(str(exc))
+            return
+        outcome = self._hold(event)
+        self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
+        self.log.warning(
+            why,
+            partitions=len(draft.partitions),
+            sequence=event.sequence,
+            reason=draft.reason,
+            barrier_timed_out=outcome.timed_out,
+        )
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _hold(self, event: Event) -> BarrierOutcome:
+        """The barrier; the application may commit the revoked partitions meanwhile."""
+        try:
+            return self._handoff.await_barrier(
+                event, self._settings.revoke_timeout_ms / 1000, serve=self._serve_commits
+            )
+        finally:
+            self._core.barrier_over()
+
+    def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
+        try:
+            commit_offsets(consumer, offsets)
+        except CommitFailed:
+            self._metrics.commits.labels(source, "failed").inc()
+            raise
+        self.link.contact()  # the coordinator answered
+        self._metrics.commits.labels(source, "committed").inc()
+        self.log.info("offsets committed", source=source, offsets=[po.as_dict() for po in offsets])
+
+    def _commit_handed_back(
+        self, consumer: Consumer, event: Event, outcome: BarrierOutcome
+    ) -> None:
+        """Commit what the application handed back, as the member that still owns it."""
+        assert self.journal is not None
+        try:
+            self.commit(consumer, outcome.offsets, source="revoke")
+            outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
+        except CommitFailed as exc:
+            outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
+            self.log.error("committing offsets handed back on revoke failed", error=error)
+        detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
+        for sub_id in outcome.acknowledged:
+            self.journal.record(
+                Delivery(
+                    subscription_id=sub_id,
+                    sequence=event.sequence,
+                    event_id=event.id,
+                    outcome=outcome_name,
+                    attempts=0,
+                    status_code=None,
+                    error=detail,
+                    at=time.time(),
+                )
+            )
+
+    def _committed(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
+    ) -> tuple[PartitionOffset, ...]:
+        if not partitions:
+            return ()
+        read = committed_offsets(consumer, partitions, self._settings.committed_timeout_ms / 1000)
+        if read.unknown:
+            # The event says "unknown", not "none": the app must not start from the reset
+            # policy (it would reprocess or skip what another member committed).
+            self._metrics.offsets_unknown.inc(read.unknown)
+            self.log.warning(
+                "committed offsets unknown after retries",
+                unknown=read.unknown,
+                attempts=read.attempts,
+                error=read.error,
+            )
+        else:
+            self.link.contact()  # the coordinator answered
+        return read.offsets
+
+    def read_identity(self, consumer: Consumer) -> bool:
+        """Refresh member id and generation; ``True`` when either changed."""
+        identity = read_identity(consumer)
+        if identity is None or not self._core.identify(*identity):
+            return False
+        self.log = log.bind(
+            group_id=self._settings.group_id, member_id=identity[0], generation_id=identity[1]
+        )
+        return True
+
+    def completed(self, completed: RebalanceCompleted | None) -> None:
+        if completed is None:
+            return
+        self._metrics.rebalances.inc()
+        self._sources.last_rebalance_at = time.time()
+        if completed.duration_s is not None:
+            self._metrics.rebalance_duration.observe(completed.duration_s)
+            self.log.info("rebalance completed", duration_s=round(completed.duration_s, 4))
+
+    def record(self, draft: EventDraft) -> Event:
+        """Journal ``draft`` (retrying a failing disk) and publish its sequence."""
+        assert self.journal is not None
+        for pause in (*_JOURNAL_RETRY_SECONDS, None):
+            try:
+                event = self.journal.append(draft)
+            except Exception as exc:
+                self.log.error("journal append failed", error=str(exc), retry_in_s=pause)
+                if pause is None:
+                    raise JournalFailed(f"journal append failed: {exc}") from exc
+                time.sleep(pause)
+            else:
+                self.publish(sequence=event.sequence)
+                return event
+        raise AssertionError("unreachable")
+
+    def failing(self, reason: str) -> None:
+        """Fail stop: no more callbacks journal; the member's loop ends; the process exits."""
+        self.failed = reason
+        self.link.error = reason
+        self.publish()
+        self._fail_stop(reason)
+
+    def publish(self, sequence: int | None = None) -> None:
+        current = self._handoff.snapshot
+        self._handoff.publish(
+            replace(
+                current,
+                member_id=self._core.member_id,
+                generation_id=self._core.generation,
+                state=self._core.state,
+                partitions=self._core.partitions,
+                sequence=sequence if sequence is not None else current.sequence,
+                updated_at=time.time(),
+                error=self.link.error,
+                connected=self.link.connected,
+            )
+        )

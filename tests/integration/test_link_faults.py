@@ -1,0 +1,171 @@
+"""One member's link to Kafka slowed or cut by a real TCP fault injector (Toxiproxy),
+while the broker itself stays up: what the sidecar says about it, and how it recovers.
+
+The sidecar under test bootstraps through the proxy (``ProxiedBroker.proxied``): every
+connection it makes, the coordinator's included, goes through it. Other clients use the
+broker directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from tests.support.kafka import create_topic, unique
+from tests.support.sidecars import Sidecar, wait_until
+from tests.support.toxiproxy import ProxiedBroker, proxied_broker
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxiedBroker]:
+    with proxied_broker(tmp_path_factory.mktemp("proxied")) as running:
+        yield running
+
+
+@pytest.fixture
+def sidecars(broker: ProxiedBroker) -> Iterator[list[Sidecar]]:
+    started: list[Sidecar] = []
+    yield started
+    broker.proxy.restore()
+    with contextlib.suppress(httpx.HTTPStatusError):  # not every test slows it
+        broker.proxy.heal()
+    for sidecar in started:
+        sidecar.stop()
+        print(f"---- {sidecar.name} ----\n{sidecar.logs()[-4000:]}")
+
+
+def commit_directly(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit into the (still empty) group as a client that never joins."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        consumer.commit(
+            offsets=[KafkaTopicPartition(topic, p, o) for p, o in offsets.items()],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+
+
+def assigned_events(sidecar: Sidecar) -> list[dict[str, Any]]:
+    return [e for e in sidecar.history() if e["type"] == "kafka.partitions.assigned"]
+
+
+def test_committed_offsets_unreadable_in_time_are_unknown_not_none(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    topic = create_topic(broker.direct, PARTITIONS)
+    group = unique("group")
+    commit_directly(broker.direct, group, topic, {0: 11, 1: 12})  # partition 2: nothing
+    broker.proxy.slow(1000)  # every answer from Kafka to this member comes 1 s late
+    sidecar = Sidecar(
+        broker.proxied,
+        group,
+        topic,
+        tmp_path / "slow",
+        extra_env={"SIDECAR_COMMITTED_TIMEOUT_MS": "300"},
+    )
+    sidecars.append(sidecar.start())
+    wait_until(lambda: assigned_events(sidecar) != [], 90, "an assignment")
+    partitions = assigned_events(sidecar)[0]["data"]["partitions"]
+    assert len(partitions) == PARTITIONS
+    for entry in partitions:
+        assert entry["offset"] is None
+        assert entry["offset_status"] == "unknown", entry  # not "none": that is a lie
+    metrics = sidecar.client.get("/metrics").text
+    assert f"rebalance_sidecar_committed_offsets_unknown_total {float(PARTITIONS)}" in metrics
+    assert "committed offsets unknown after retries" in sidecar.logs()
+
+    broker.proxy.heal()
+    enforced = sidecar.client.post("/enforce-rebalance", params={"wait": 60})
+    assert enforced.status_code == 200, enforced.text
+    wait_until(lambda: len(assigned_events(sidecar)) >= 2, 60, "a second assignment")
+    again = {p["partition"]: p for p in assigned_events(sidecar)[-1]["data"]["partitions"]}
+    assert again[0]["offset"] == 11 and again[0]["offset_status"] == "committed"
+    assert again[1]["offset"] == 12 and again[1]["offset_status"] == "committed"
+    assert again[2]["offset"] is None and again[2]["offset_status"] == "none"
+
+
+def test_connected_comes_back_after_a_short_cut_without_statistics(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """KIP-848 rides out a short outage with no rebalance, and without statistics no
+    sample says the broker is back: ``connected`` must follow any broker answer."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    sidecar = Sidecar(
+        broker.proxied,
+        unique("group"),
+        topic,
+        tmp_path / "quiet",
+        protocol="consumer",
+        strategy=None,
+        extra_env={"SIDECAR_STATISTICS_INTERVAL_MS": "0"},
+    )
+    sidecars.append(sidecar.start())
+    before = sidecar.wait_stable()
+    wait_until(lambda: sidecar.assignment()["connected"], 30, "connected")
+    broker.proxy.cut()
+    wait_until(lambda: not sidecar.assignment()["connected"], 30, "disconnected")
+    broker.proxy.restore()
+    wait_until(lambda: sidecar.assignment()["connected"], 30, "connected again")
+    after = sidecar.assignment()
+    assert after["state"] == "stable"
+    assert after["partitions"] == before["partitions"]
+    assert after["error"] is None
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_member_cut_off_past_its_session_reports_lost_and_rejoins(
+    protocol: str, broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """The member's link is cut while a peer stays connected: the group moves on without
+    it (the broker fences it after the session timeout). The member must say so — under
+    KIP-848 librdkafka never calls on_lost — and rejoin once the link is back."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    group = unique("group")
+    options: dict[str, Any] = (
+        {"protocol": "classic", "strategy": "cooperative-sticky"}
+        if protocol == "classic"
+        else {
+            "protocol": "consumer",
+            "strategy": None,
+            # The broker's group.consumer.session.timeout.ms (server.properties).
+            "extra_env": {"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "10000"},
+        }
+    )
+    cut_off = Sidecar(broker.proxied, group, topic, tmp_path / "cut", name="cut", **options)
+    sidecars.append(cut_off.start())
+    cut_off.wait_stable()
+    peer = Sidecar(broker.direct, group, topic, tmp_path / "peer", name="peer", **options)
+    sidecars.append(peer.start())
+
+    def both_own_some() -> bool:
+        mine, theirs = cut_off.partitions(), peer.partitions()
+        return bool(mine) and bool(theirs) and len(mine | theirs) == PARTITIONS
+
+    wait_until(both_own_some, 60, "both members own partitions")
+    held = cut_off.partitions()
+    member_id = cut_off.assignment()["member_id"]
+    broker.proxy.cut()
+    wait_until(lambda: cut_off.assignment()["state"] == "lost", 60, "the cut member lost")
+    view = cut_off.assignment()
+    assert view["partitions"] == [] and view["error"]
+    lost = [e for e in cut_off.history() if e["type"] == "kafka.partitions.lost"]
+    assert lost and {(p["topic"], p["partition"]) for p in lost[-1]["data"]["partitions"]} == held
+    assert lost[-1]["data"]["member_id"] == member_id  # the last known one, not null
+    wait_until(lambda: len(peer.partitions()) == PARTITIONS, 60, "the peer took over")
+
+    broker.proxy.restore()
+    wait_until(both_own_some, 90, "the cut member rejoined")
+    assert cut_off.assignment()["state"] == "stable"
+    assert cut_off.partitions().isdisjoint(peer.partitions())
