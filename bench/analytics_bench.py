@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.analytics_stages import read_event_log, slowest_stages, stage_table
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.job import run_batch
 from sidecar.analytics.session import REPO_ROOT, build_session
@@ -99,11 +100,28 @@ def main(argv: list[str] | None = None) -> int:
         help="where fleets and outputs go (default .cache/analytics-bench)",
     )
     parser.add_argument("--no-report", action="store_true", help="time the tables only")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also print where each size's time went (Spark jobs and stages, event log)",
+    )
     args = parser.parse_args(argv)
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
 
-    spark = build_session(master=args.master, driver_memory=args.driver_memory)
+    conf: dict[str, str] = {}
+    event_log = workdir / "event-log"
+    if args.stages:
+        shutil.rmtree(event_log, ignore_errors=True)
+        event_log.mkdir(parents=True)
+        conf = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.as_uri(),
+            # Plain JSON lines that analytics_stages reads while the app still runs.
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    spark = build_session(master=args.master, driver_memory=args.driver_memory, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     report = not args.no_report
     warmup, _ = fleet_file(workdir, WARMUP_EVENTS, min(args.groups, 20), args.seed)
@@ -114,12 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         path, generated = fleet_file(workdir, size, args.groups, args.seed)
         output = workdir / f"out-{size}"
         shutil.rmtree(output, ignore_errors=True)
+        since_ms = int(time.time() * 1000)
         result = run_batch(spark, [str(path)], output, report=report)
         results.append(Measurement(size, generated, result.seconds, result.rebalances))
         print(
             f"{size:,} events: {result.seconds:.1f}s, {result.rebalances:,} rebalances",
             file=sys.stderr,
         )
+        if args.stages:
+            jobs, stages = read_event_log(event_log)
+            print(f"\n{size:,} events: where the time went\n")
+            print(stage_table(jobs, stages, since_ms=since_ms, total_seconds=result.seconds))
+            print()
+            print(slowest_stages(jobs, stages, since_ms=since_ms))
+            print()
     print(f"analytics batch job on {args.master}, {args.groups} groups, seed {args.seed}")
     print(table(results))
     spark.stop()

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from .events import KafkaInput, kafka_value_to_raw, read_files
-from .job import refresh
+from .output import refresh
 
 EVENTS_DIR = "_events"
 CHECKPOINT_DIR = "_checkpoint"
