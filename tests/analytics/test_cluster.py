@@ -21,7 +21,7 @@ from sidecar.analytics.session import REPO_ROOT
 from sidecar.analytics.tables import TABLE_NAMES
 
 from .cluster import EXECUTOR_MEMORY, LOOPBACK, SparkCluster
-from .conftest import Rows, collect_tables
+from .conftest import canonical, collect_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,18 +33,6 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         yield cluster.start(workers=2)
     finally:
         cluster.stop()  # also when start() failed half-way: no daemon outlives the tests
-
-
-def canonical(rows: Rows) -> list[tuple[Any, ...]]:
-    """Rows in a fixed order; floats to the microsecond (sums may add in another order)."""
-
-    def value(v: Any) -> Any:
-        return round(v, 6) if isinstance(v, float) else v
-
-    return sorted(
-        (tuple(value(v) for v in row.values()) for row in rows),
-        key=lambda t: tuple((v is None, str(v)) for v in t),
-    )
 
 
 def completed_apps(cluster: SparkCluster) -> list[dict[str, Any]]:
