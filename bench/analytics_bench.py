@@ -1,37 +1,60 @@
-"""Throughput of the analytics batch job on ``local[2]``, and whether it scales linearly.
+"""Throughput of the analytics batch job on ``local[2]``, its scaling, and streaming keep-up.
 
-    python -m bench.analytics_bench                      # 1M, 2M, 4M events (~15 min)
-    python -m bench.analytics_bench --sizes 20000,40000  # smoke run
+    python -m bench.analytics_bench                       # 1M..8M events, Parquet + JSONL
+    python -m bench.analytics_bench --sizes 250000,500000 --formats parquet --stages
+    python -m bench.analytics_bench --sizes 20000 --stream-rates 500,1000  # needs Kafka
 
 For each size: a synthetic fleet (``sidecar.analytics.generator``, cached in
-``--workdir`` by size and seed) goes through the whole batch job (read JSONL, build
-the tables, write Parquet, render the report) in one SparkSession that a small run
-warmed up first, so JIT compilation is not billed to the first size. Printed: seconds,
-events/s, and for each step the cost ratio against the previous size next to the size
-ratio: linear growth shows as equal ratios.
+``--workdir`` by size and seed; its Parquet copy made once with ``analytics convert``)
+goes through the whole batch job (read, build the tables, write Parquet, render the
+report) in one SparkSession that a small run warmed up first, so JIT compilation is not
+billed to the first size. Printed: seconds and events/s per input format, for each
+step the time ratio next to the size ratio, and the targets, met or missed:
+
+- >= 150,000 events/s at 4M events from Parquet, >= 100,000 from JSONL;
+- linear: each doubling of the events costs <= 2.1x the time.
+
+``--stages`` adds, per size, where the time went (Spark jobs and stages from the
+event log, see bench/analytics_stages.py). ``--stream-rates`` feeds the fleet topic
+at each rate (events/s) for ``--stream-seconds`` and reports whether the streaming
+job's tables stayed within two triggers of the input (the lag of every micro-batch:
+from its oldest record's arrival in Kafka to the tables that include it).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import os
 import shutil
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from bench.analytics_stages import read_event_log, slowest_stages, stage_table
+from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.job import run_batch
-from sidecar.analytics.session import REPO_ROOT, build_session
+from sidecar.analytics.session import REPO_ROOT, build_session, jar_paths
 
-DEFAULT_SIZES = (1_000_000, 2_000_000, 4_000_000)
+DEFAULT_SIZES = (1_000_000, 2_000_000, 4_000_000, 8_000_000)
 WARMUP_EVENTS = 20_000
+TARGET_SIZE = 4_000_000
+TARGETS = {"parquet": 150_000.0, "jsonl": 100_000.0}  # events/s at TARGET_SIZE
+MAX_DOUBLING = 2.1
 
 
 @dataclass(frozen=True)
 class Measurement:
     events: int
-    generate_seconds: float
+    form: str  # "parquet" or "jsonl"
     job_seconds: float
     rebalances: int
 
@@ -52,41 +75,185 @@ def fleet_file(workdir: Path, events: int, groups: int, seed: int) -> tuple[Path
     return path, time.monotonic() - started
 
 
-def parse_sizes(text: str) -> list[int]:
-    sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    if not sizes or any(size <= 0 for size in sizes):
-        raise argparse.ArgumentTypeError("sizes must be positive integers, e.g. 1000000,2000000")
-    return sizes
+def parquet_copy(spark: SparkSession, jsonl: Path) -> tuple[Path, float]:
+    """``analytics convert`` of the fleet (once); seconds spent converting."""
+    path = jsonl.with_suffix(".parquet")
+    if (path / "_SUCCESS").exists():
+        return path, 0.0
+    started = time.monotonic()
+    write_parquet_events(spark, [str(jsonl)], path)
+    return path, time.monotonic() - started
 
 
-def table(results: list[Measurement]) -> str:
-    header = (
-        f"{'events':>10} {'generate s':>11} {'job s':>8} {'events/s':>10} "
-        f"{'size ratio':>11} {'time ratio':>11}"
-    )
-    lines = [header, "-" * len(header)]
+def parse_list(text: str) -> list[int]:
+    values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("expected positive integers, e.g. 1000000,2000000")
+    return values
+
+
+def curve(results: list[Measurement], form: str) -> str:
+    header = f"{'events':>10} {'job s':>8} {'events/s':>10} {'size ratio':>11} {'time ratio':>11}"
+    lines = [f"from {form}:", header, "-" * len(header)]
     previous: Measurement | None = None
-    for m in results:
+    for m in (r for r in results if r.form == form):
         size_ratio = f"{m.events / previous.events:.2f}" if previous else "-"
         time_ratio = f"{m.job_seconds / previous.job_seconds:.2f}" if previous else "-"
         lines.append(
-            f"{m.events:>10,} {m.generate_seconds:>11.1f} {m.job_seconds:>8.1f} "
-            f"{m.events_per_second:>10,.0f} {size_ratio:>11} {time_ratio:>11}"
+            f"{m.events:>10,} {m.job_seconds:>8.1f} {m.events_per_second:>10,.0f} "
+            f"{size_ratio:>11} {time_ratio:>11}"
         )
         previous = m
     return "\n".join(lines)
 
 
+def targets(results: list[Measurement]) -> list[str]:
+    lines: list[str] = []
+    for form, target in TARGETS.items():
+        at_size = [m for m in results if m.form == form and m.events == TARGET_SIZE]
+        label = f">= {target:,.0f} events/s at {TARGET_SIZE:,} events from {form}"
+        if not at_size:
+            lines.append(f"  {label}: not measured (size {TARGET_SIZE:,} not run)")
+            continue
+        rate = at_size[0].events_per_second
+        lines.append(f"  {label}: {rate:,.0f} -> {'met' if rate >= target else 'MISSED'}")
+    for form in TARGETS:
+        runs = [m for m in results if m.form == form]
+        steps = [
+            (b.job_seconds / a.job_seconds, a.events, b.events)
+            for a, b in itertools.pairwise(runs)
+            if b.events == 2 * a.events
+        ]
+        if not steps:
+            continue
+        worst = max(steps)
+        verdict = "met" if worst[0] <= MAX_DOUBLING else "MISSED"
+        lines.append(
+            f"  linear ({form}): each doubling <= {MAX_DOUBLING}x the time: worst "
+            f"{worst[0]:.2f}x ({worst[1]:,} -> {worst[2]:,}) -> {verdict}"
+        )
+    return lines
+
+
+def kafka_jars() -> list[str]:
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "spark-jars.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return jar_paths(Path(done.stdout.strip().splitlines()[-1]))
+
+
+def fleet_lines(path: Path) -> Iterator[bytes]:
+    while True:  # a long run at a high rate may need the fleet more than once
+        with path.open("rb") as handle:
+            yield from (line.rstrip(b"\n") for line in handle)
+
+
+def feed(bootstrap: str, topic: str, lines: Iterator[bytes], rate: int, seconds: float) -> int:
+    """Produce ``rate`` events/s for ``seconds``, in 10 ms ticks; returns events sent."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    started = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(rate * elapsed)
+        while sent < due:
+            value = next(lines)
+            producer.produce(topic, value=value, key=json.loads(value)["data"]["group_id"])
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.01)
+    producer.flush(30)
+    return sent
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    rate: int
+    sent: int
+    batches: int
+    max_lag: float
+    trigger: float
+
+    @property
+    def keeps_up(self) -> bool:
+        return self.batches > 0 and self.max_lag <= 2 * self.trigger
+
+
+def stream_run(
+    spark: SparkSession,
+    bootstrap: str,
+    fleet: Path,
+    workdir: Path,
+    rate: int,
+    seconds: float,
+    trigger: float,
+) -> StreamRun:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from sidecar.analytics.streaming import StreamOptions, start_stream
+
+    topic = f"analytics-bench-{rate}-{int(time.time())}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(timeout=30)
+    output = workdir / f"stream-{rate}"
+    shutil.rmtree(output, ignore_errors=True)
+    options = StreamOptions(
+        inputs=[f"kafka://{bootstrap}/{topic}"],
+        output=output,
+        trigger_seconds=trigger,
+        starting_offsets="earliest",
+    )
+    query, refresher = start_stream(spark, options)
+    sent = 0
+
+    def produce() -> None:
+        nonlocal sent
+        sent = feed(bootstrap, topic, fleet_lines(fleet), rate, seconds)
+
+    producer = threading.Thread(target=produce, name="bench-feed")
+    producer.start()
+    producer.join()
+    # The last events are in once the stream caught up: wait at most two triggers
+    # (plus one batch) beyond the feed, then read the lags of every batch.
+    deadline = time.monotonic() + 3 * trigger + 60
+    while time.monotonic() < deadline:
+        if sum(lag.records for lag in refresher.lags) >= sent:
+            break
+        time.sleep(0.5)
+    query.stop()
+    lags = [lag.lag_seconds for lag in refresher.lags]
+    caught_up = sum(lag.records for lag in refresher.lags) >= sent
+    return StreamRun(
+        rate=rate,
+        sent=sent,
+        batches=len(lags),
+        max_lag=max(lags) if lags and caught_up else float("inf"),
+        trigger=trigger,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.analytics_bench",
-        description="Events/s of the analytics batch job for growing synthetic fleets.",
+        description="Events/s of the analytics batch job for growing synthetic fleets, "
+        "and the rates the streaming job keeps up with.",
     )
     parser.add_argument(
         "--sizes",
-        type=parse_sizes,
+        type=parse_list,
         default=list(DEFAULT_SIZES),
-        help="comma-separated event counts (default 1000000,2000000,4000000)",
+        help="comma-separated event counts (default 1000000,2000000,4000000,8000000)",
+    )
+    parser.add_argument(
+        "--formats",
+        default="parquet,jsonl",
+        help="inputs to time, comma-separated: parquet, jsonl (default both)",
     )
     parser.add_argument("--groups", type=int, default=200, help="consumer groups (default 200)")
     parser.add_argument("--seed", type=int, default=1)
@@ -99,29 +266,116 @@ def main(argv: list[str] | None = None) -> int:
         help="where fleets and outputs go (default .cache/analytics-bench)",
     )
     parser.add_argument("--no-report", action="store_true", help="time the tables only")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also print where each run's time went (Spark jobs and stages, event log)",
+    )
+    parser.add_argument(
+        "--stream-rates",
+        type=parse_list,
+        default=[],
+        help="streaming: feed the topic at these events/s (needs Kafka; default: skip)",
+    )
+    parser.add_argument("--stream-seconds", type=float, default=60.0)
+    parser.add_argument("--trigger-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092"),
+        help="Kafka for --stream-rates (default $KAFKA_BOOTSTRAP_SERVERS)",
+    )
     args = parser.parse_args(argv)
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
+    forms = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if not set(forms) <= set(TARGETS):
+        parser.error("--formats takes parquet and/or jsonl")
 
-    spark = build_session(master=args.master, driver_memory=args.driver_memory)
+    conf: dict[str, str] = {}
+    event_log = workdir / "event-log"
+    if args.stages:
+        shutil.rmtree(event_log, ignore_errors=True)
+        event_log.mkdir(parents=True)
+        conf = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.as_uri(),
+            # Plain JSON lines that analytics_stages reads while the app still runs.
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    spark = build_session(
+        master=args.master,
+        driver_memory=args.driver_memory,
+        conf=conf,
+        jars=kafka_jars() if args.stream_rates else [],
+    )
     spark.sparkContext.setLogLevel("ERROR")
     report = not args.no_report
     warmup, _ = fleet_file(workdir, WARMUP_EVENTS, min(args.groups, 20), args.seed)
-    run_batch(spark, [str(warmup)], workdir / "out-warmup", report=report)
+    warmup_parquet, _ = parquet_copy(spark, warmup)
+    for path in (warmup, warmup_parquet):
+        run_batch(spark, [str(path)], workdir / "out-warmup", report=report)
 
     results: list[Measurement] = []
+    prepared: list[str] = []
     for size in args.sizes:
-        path, generated = fleet_file(workdir, size, args.groups, args.seed)
-        output = workdir / f"out-{size}"
-        shutil.rmtree(output, ignore_errors=True)
-        result = run_batch(spark, [str(path)], output, report=report)
-        results.append(Measurement(size, generated, result.seconds, result.rebalances))
-        print(
-            f"{size:,} events: {result.seconds:.1f}s, {result.rebalances:,} rebalances",
-            file=sys.stderr,
+        jsonl, generated = fleet_file(workdir, size, args.groups, args.seed)
+        inputs = {"jsonl": jsonl}
+        converted = 0.0
+        if "parquet" in forms:
+            inputs["parquet"], converted = parquet_copy(spark, jsonl)
+        prepared.append(f"{size:,}: generated in {generated:.1f}s, converted in {converted:.1f}s")
+        for form in forms:
+            output = workdir / f"out-{size}-{form}"
+            shutil.rmtree(output, ignore_errors=True)
+            since_ms = int(time.time() * 1000)
+            result = run_batch(spark, [str(inputs[form])], output, report=report)
+            results.append(Measurement(size, form, result.seconds, result.rebalances))
+            print(
+                f"{size:,} events from {form}: {result.seconds:.1f}s, "
+                f"{result.rebalances:,} rebalances",
+                file=sys.stderr,
+            )
+            if args.stages:
+                jobs, stages = read_event_log(event_log)
+                print(f"\n{size:,} events from {form}: where the time went\n")
+                print(stage_table(jobs, stages, since_ms=since_ms, total_seconds=result.seconds))
+                print()
+                print(slowest_stages(jobs, stages, since_ms=since_ms))
+                print()
+
+    streams = [
+        stream_run(
+            spark,
+            args.bootstrap,
+            fleet_file(workdir, max(args.sizes), args.groups, args.seed)[0],
+            workdir,
+            rate,
+            args.stream_seconds,
+            args.trigger_seconds,
         )
+        for rate in args.stream_rates
+    ]
+
     print(f"analytics batch job on {args.master}, {args.groups} groups, seed {args.seed}")
-    print(table(results))
+    print("inputs: " + "; ".join(prepared))
+    for form in forms:
+        print(curve(results, form))
+    print("targets (whole job: read, tables, write, report):")
+    print("\n".join(targets(results)))
+    if streams:
+        print(
+            f"streaming on {args.master}: trigger {args.trigger_seconds:g}s, "
+            f"{args.stream_seconds:g}s of feed per rate; keeps up = every batch's tables "
+            f"within two triggers of its oldest record"
+        )
+        for run in streams:
+            print(
+                f"  {run.rate:>7,} events/s: {run.sent:,} sent, {run.batches} batches, "
+                f"max lag {run.max_lag:.1f}s -> {'keeps up' if run.keeps_up else 'falls behind'}"
+            )
+        kept = [run.rate for run in streams if run.keeps_up]
+        print(f"  highest rate kept up with: {max(kept):,} events/s" if kept else "  none kept up")
     spark.stop()
     return 0
 

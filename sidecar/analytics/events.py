@@ -126,6 +126,14 @@ def is_kafka_url(value: str) -> bool:
 
 def read_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Raw events from JSONL and/or Parquet files or directories."""
+    frames = _file_frames(spark, paths, keep_time=False)
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def _file_frames(spark: SparkSession, paths: Sequence[str], *, keep_time: bool) -> list[DataFrame]:
     if not paths:
         raise ValueError("no input paths")
     parquet = [p for p in paths if _looks_like_parquet(Path(p))]
@@ -135,11 +143,8 @@ def read_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         frames.append(spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE").json(jsonl))
     # One read per Parquet input: their schemas may differ (``data`` or ``data_json``,
     # ``time`` as a string or a timestamp); each is brought to the raw form alone.
-    frames.extend(parquet_to_raw(spark.read.parquet(p)) for p in parquet)
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
+    frames.extend(parquet_to_raw(spark.read.parquet(p), keep_time=keep_time) for p in parquet)
+    return frames
 
 
 def _looks_like_parquet(path: Path) -> bool:
@@ -151,13 +156,42 @@ def _looks_like_parquet(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
-def parquet_to_raw(frame: DataFrame) -> DataFrame:
-    """Bring a Parquet frame to :data:`EVENT_SCHEMA` (``data`` struct or ``data_json``)."""
+def _data_struct(frame: DataFrame) -> Column:
+    """``data`` on :data:`DATA_SCHEMA`, field by field.
+
+    A field already of the right type is taken as it is (the fast path: what
+    ``--stream`` and ``analytics convert`` write); any other goes through JSON, so a
+    struct with other field order or extra nested fields still lands right. Missing
+    fields are null.
+    """
+    data_type = frame.schema["data"].dataType
+    assert isinstance(data_type, StructType)  # parquet_to_raw checked
+    present = {f.name: f.dataType for f in data_type.fields}
+    fields: list[Column] = []
+    for target in DATA_SCHEMA.fields:
+        source = F.col("data")[target.name]
+        if target.name not in present:
+            value = F.lit(None).cast(target.dataType)
+        elif present[target.name] == target.dataType:
+            value = source
+        elif isinstance(target.dataType, ArrayType | StructType):
+            wrapper = StructType([StructField("v", target.dataType)])
+            value = F.from_json(F.to_json(F.struct(source.alias("v"))), wrapper)["v"]
+        else:
+            value = source.cast(target.dataType)
+        fields.append(value.alias(target.name))
+    return F.when(F.col("data").isNotNull(), F.struct(*fields))
+
+
+def parquet_to_raw(frame: DataFrame, *, keep_time: bool = False) -> DataFrame:
+    """Bring a Parquet frame to :data:`EVENT_SCHEMA` (``data`` struct or ``data_json``).
+
+    ``keep_time``: leave a timestamp ``time`` as it is (for :func:`read_normalized`,
+    which parses ``time`` per input anyway) instead of formatting it as RFC 3339.
+    """
     columns = set(frame.columns)
-    if "data" in columns:
-        # Round-trip through JSON so a struct with other field order, missing optional
-        # fields or extra fields still lands on DATA_SCHEMA.
-        data = F.from_json(F.to_json(F.col("data")), DATA_SCHEMA)
+    if "data" in columns and isinstance(frame.schema["data"].dataType, StructType):
+        data = _data_struct(frame)
     elif "data_json" in columns:
         data = F.from_json(F.col("data_json"), DATA_SCHEMA)
     else:
@@ -167,13 +201,49 @@ def parquet_to_raw(frame: DataFrame) -> DataFrame:
         return F.col(name).cast("string") if name in columns else F.lit(None).cast("string")
 
     time = F.col("time")
-    if "time" in columns and isinstance(frame.schema["time"].dataType, TimestampType):
-        time = F.date_format(time, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    is_timestamp = "time" in columns and isinstance(frame.schema["time"].dataType, TimestampType)
+    if is_timestamp and not keep_time:
+        time = F.date_format(time, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX").cast("string")
+    elif not is_timestamp:
+        time = text("time")
     return frame.select(
         *(text(name) for name in ("specversion", "id", "source", "type")),
-        time.cast("string").alias("time") if "time" in columns else text("time"),
+        time.alias("time"),
         *(text(name) for name in ("sequence", "datacontenttype")),
         data.alias("data"),
+    )
+
+
+def read_normalized(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Normalized events (:data:`NORMALIZED_SCHEMA`) from any mix of inputs.
+
+    The job's reader: each input is normalized on its own before the union, so a
+    Parquet ``time`` stored as a timestamp is used as it is (no round trip through
+    text), and only the columns the tables need are read.
+    """
+    kafka = [KafkaInput.parse(i) for i in inputs if is_kafka_url(i)]
+    files = [i for i in inputs if not is_kafka_url(i)]
+    frames = [normalize(read_kafka(spark, k)) for k in kafka]
+    if files:
+        frames.extend(normalize(f) for f in _file_frames(spark, files, keep_time=True))
+    if not frames:
+        raise ValueError("no inputs")
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def write_parquet_events(spark: SparkSession, inputs: Sequence[str], output: Path) -> None:
+    """``analytics convert``: JSONL archives to Parquet, the job's fast input.
+
+    The raw CloudEvent form, with ``data`` as a struct of :data:`DATA_SCHEMA` (read
+    without any conversion) and ``time`` parsed once into a timestamp (an unparseable
+    time becomes null, and the job drops that record as it would have).
+    """
+    raw = read_files(spark, inputs)
+    raw.withColumn("time", F.col("time").try_cast(TimestampType())).write.mode("overwrite").parquet(
+        str(output)
     )
 
 

@@ -18,16 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from . import session as sessions
-from .events import is_kafka_url, read_events
-from .report import render_report
-from .tables import TABLE_NAMES, build_tables
-
-# Tables small enough to be one file each; ownership and downtime keep Spark's split.
-SMALL_TABLES = frozenset({"rebalances", "members", "summary", "delivery"})
-REPORT_NAME = "report.html"
+from .events import is_kafka_url, read_normalized, write_parquet_events
+from .output import REPORT_NAME, refresh, step
+from .streaming import StreamOptions, run_stream
+from .tables import TABLE_NAMES
 
 
 class JobError(Exception):
@@ -42,36 +39,13 @@ class BatchResult:
     seconds: float
 
 
-def write_tables(tables: dict[str, DataFrame], output: Path) -> None:
-    output.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        target = frame.coalesce(1) if name in SMALL_TABLES else frame
-        target.write.mode("overwrite").parquet(str(output / name))
-
-
-def read_tables(spark: SparkSession, output: Path) -> dict[str, DataFrame]:
-    """The tables as written under ``output`` (what the report is drawn from)."""
-    return {name: spark.read.parquet(str(output / name)) for name in TABLE_NAMES}
-
-
-def refresh(spark: SparkSession, events: DataFrame, output: Path, *, report: bool) -> int:
-    """Build every table from ``events``, write them and the report; returns #rebalances."""
-    tables = build_tables(spark, events)
-    try:
-        write_tables(tables, output)
-    finally:
-        tables.release()
-    written = read_tables(spark, output)
-    if report:
-        render_report(written, output / REPORT_NAME)
-    return written["rebalances"].count()
-
-
 def run_batch(
     spark: SparkSession, inputs: Sequence[str], output: Path, *, report: bool = True
 ) -> BatchResult:
     started = time.monotonic()
-    rebalances = refresh(spark, read_events(spark, inputs), output, report=report)
+    with step(spark, "read"):
+        events = read_normalized(spark, inputs)
+    rebalances = refresh(spark, events, output, report=report)
     return BatchResult(
         output=output,
         report=output / REPORT_NAME if report else None,
@@ -86,6 +60,10 @@ def parser() -> argparse.ArgumentParser:
         description=(
             "Build fleet rebalance tables (Parquet: rebalances, ownership, downtime, "
             "members, summary, delivery) and report.html from sidecar events."
+        ),
+        epilog=(
+            "`rebalance-sidecar analytics convert --input X.jsonl --output X.parquet` "
+            "turns a JSONL archive into Parquet, the fast input (see convert --help)."
         ),
     )
     p.add_argument(
@@ -162,7 +140,9 @@ def parser() -> argparse.ArgumentParser:
 def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
     if managed:
         # spark-submit (or a notebook) owns master, jars and memory.
-        return SparkSession.builder.appName("rebalance-analytics").getOrCreate()
+        return sessions.apply_planner_conf(
+            SparkSession.builder.appName("rebalance-analytics").getOrCreate()
+        )
     needs_kafka = any(is_kafka_url(i) for i in args.input)
     jars: list[str] = []
     packages: list[str] = []
@@ -187,9 +167,61 @@ def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
     )
 
 
+def convert_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rebalance-sidecar analytics convert",
+        description=(
+            "Convert JSONL event archives to Parquet (the raw CloudEvent form with a "
+            "`data` struct and `time` as a timestamp), the fast input of the job. "
+            "Records that the job would drop are dropped here too."
+        ),
+    )
+    p.add_argument(
+        "--input",
+        "-i",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="JSONL (or Parquet) files or directories",
+    )
+    p.add_argument("--output", "-o", required=True, type=Path, help="Parquet directory to write")
+    p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
+    p.add_argument("--driver-memory", default="2g", help="driver memory (default %(default)s)")
+    return p
+
+
+def convert_main(argv: Sequence[str], *, managed_session: bool = False) -> int:
+    args = convert_parser().parse_args(argv)
+    if any(is_kafka_url(i) for i in args.input):
+        print("error: convert reads files only", file=sys.stderr)
+        return 2
+    try:
+        spark = (
+            sessions.apply_planner_conf(
+                SparkSession.builder.appName("rebalance-analytics-convert").getOrCreate()
+            )
+            if managed_session
+            else sessions.build_session(master=args.master, driver_memory=args.driver_memory)
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        started = time.monotonic()
+        with step(spark, "convert"):
+            write_parquet_events(spark, args.input, args.output)
+    except (ValueError, PySparkException) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        print(f"error: {first_line}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) -> int:
     """CLI entry; ``managed_session`` = running under spark-submit (see submit.py)."""
-    args = parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["convert"]:
+        return convert_main(arguments[1:], managed_session=managed_session)
+    args = parser().parse_args(arguments)
     if args.stream and not all(is_kafka_url(i) for i in args.input):
         print("error: --stream reads Kafka only (kafka://host:port/topic)", file=sys.stderr)
         return 2
@@ -206,8 +238,6 @@ def _run(args: argparse.Namespace, managed_session: bool) -> int:
     spark = _session(args, managed_session)
     spark.sparkContext.setLogLevel("ERROR")
     if args.stream:
-        from .streaming import StreamOptions, run_stream
-
         options = StreamOptions(
             inputs=tuple(args.input),
             output=output,

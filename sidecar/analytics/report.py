@@ -41,7 +41,50 @@ class Headline:
     last: datetime | None
 
 
-def _headline(tables: Mapping[str, DataFrame]) -> Headline:
+@dataclass(frozen=True)
+class PartitionDowntime:
+    """One partition's downtime, summed over its intervals (``seconds`` None: all open)."""
+
+    group_id: str
+    topic: str
+    partition: int
+    seconds: float | None
+    intervals: int
+    longest: float | None
+    open: int
+
+
+def partition_downtime(downtime: DataFrame) -> list[PartitionDowntime]:
+    """The downtime table per partition: one pass over the biggest table the report reads.
+
+    A few thousand rows (groups x partitions), so the headline, the heatmap and the
+    top partitions are all drawn from this one collect.
+    """
+    rows = (
+        downtime.groupBy("group_id", "topic", "partition")
+        .agg(
+            F.sum("seconds").alias("seconds"),
+            F.count(F.lit(1)).alias("intervals"),
+            F.max("seconds").alias("longest"),
+            F.sum(F.col("unowned_to").isNull().cast("int")).alias("open"),
+        )
+        .collect()
+    )
+    return [
+        PartitionDowntime(
+            group_id=r["group_id"],
+            topic=r["topic"],
+            partition=r["partition"],
+            seconds=r["seconds"],
+            intervals=r["intervals"],
+            longest=r["longest"],
+            open=r["open"],
+        )
+        for r in rows
+    ]
+
+
+def _headline(tables: Mapping[str, DataFrame], partitions: Sequence[PartitionDowntime]) -> Headline:
     delivery = (
         tables["delivery"]
         .agg(
@@ -65,15 +108,7 @@ def _headline(tables: Mapping[str, DataFrame]) -> Headline:
         .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("group_id").alias("groups"))
         .first()
     )
-    down = (
-        tables["downtime"]
-        .agg(
-            F.coalesce(F.sum("seconds"), F.lit(0.0)).alias("seconds"),
-            F.sum(F.col("unowned_to").isNull().cast("int")).alias("open"),
-        )
-        .first()
-    )
-    if delivery is None or reb is None or members is None or down is None:
+    if delivery is None or reb is None or members is None:
         raise RuntimeError("an aggregate without a grouping returned no row")
     return Headline(
         events=int(delivery["events"]),
@@ -81,8 +116,8 @@ def _headline(tables: Mapping[str, DataFrame]) -> Headline:
         groups=max(int(reb["groups"]), int(members["groups"])),
         members=int(members["n"]),
         rebalances=int(reb["n"]),
-        downtime_seconds=float(down["seconds"]),
-        unowned_now=int(down["open"] or 0),
+        downtime_seconds=sum(p.seconds or 0.0 for p in partitions),
+        unowned_now=sum(p.open for p in partitions),
         first=reb["first"],
         last=reb["last"],
     )
@@ -171,26 +206,17 @@ def duration_distribution(rebalances: DataFrame) -> str:
     )
 
 
-def downtime_heatmap(downtime: DataFrame) -> str:
-    closed = downtime.where(F.col("seconds").isNotNull())
-    per_partition = closed.groupBy("group_id", "topic", "partition").agg(
-        F.sum("seconds").alias("seconds")
-    )
-    top = (
-        per_partition.groupBy("group_id", "topic")
-        .agg(F.sum("seconds").alias("total"))
-        .orderBy(F.desc("total"), "group_id", "topic")
-        .limit(HEATMAP_ROWS)
-        .collect()
-    )
-    keys = [(r["group_id"], r["topic"]) for r in top]
+def downtime_heatmap(partitions: Sequence[PartitionDowntime]) -> str:
+    closed = [p for p in partitions if p.seconds is not None]
+    totals: dict[tuple[str, str], float] = {}
+    for p in closed:
+        totals[(p.group_id, p.topic)] = totals.get((p.group_id, p.topic), 0.0) + (p.seconds or 0)
+    keys = sorted(totals, key=lambda k: (-totals[k], k))[:HEATMAP_ROWS]
     if not keys:
         return heatmap("chart-downtime-heatmap", "Downtime by partition", [], [], [], unit="s")
-    cells = per_partition.join(
-        per_partition.sparkSession.createDataFrame(keys, "group_id string, topic string"),
-        ["group_id", "topic"],
-    ).collect()
-    width = max(r["partition"] for r in cells) + 1
+    wanted = set(keys)
+    cells = [p for p in closed if (p.group_id, p.topic) in wanted]
+    width = max(p.partition for p in cells) + 1
     per_column = max(1, -(-width // HEATMAP_COLUMNS))  # partitions per column
     columns = [
         str(c * per_column) if per_column == 1 else f"{c * per_column}-{(c + 1) * per_column - 1}"
@@ -198,8 +224,8 @@ def downtime_heatmap(downtime: DataFrame) -> str:
     ]
     values = [[0.0] * len(columns) for _ in keys]
     row_of = {k: i for i, k in enumerate(keys)}
-    for r in cells:
-        values[row_of[(r["group_id"], r["topic"])]][r["partition"] // per_column] += r["seconds"]
+    for p in cells:
+        values[row_of[(p.group_id, p.topic)]][p.partition // per_column] += p.seconds or 0.0
     names = [g if t.startswith(g) else f"{g} · {t}" for g, t in keys]
     return heatmap(
         "chart-downtime-heatmap",
@@ -238,8 +264,8 @@ def _values(rows: list[Row], columns: Sequence[str]) -> list[list[Any]]:
     return [[r[c] for c in columns] for r in rows]
 
 
-def offenders(tables: Mapping[str, DataFrame]) -> str:
-    reb, down, members = tables["rebalances"], tables["downtime"], tables["members"]
+def offenders(tables: Mapping[str, DataFrame], downtime: Sequence[PartitionDowntime]) -> str:
+    reb, members = tables["rebalances"], tables["members"]
     groups = (
         reb.groupBy("group_id")
         .agg(
@@ -255,18 +281,13 @@ def offenders(tables: Mapping[str, DataFrame]) -> str:
         .collect()
     )
     longest = reb.orderBy(F.desc("duration_seconds"), "group_id").limit(TOP).collect()
-    partitions = (
-        down.groupBy("group_id", "topic", "partition")
-        .agg(
-            F.coalesce(F.sum("seconds"), F.lit(0.0)).alias("seconds"),
-            F.count(F.lit(1)).alias("intervals"),
-            F.max("seconds").alias("longest"),
-            F.max(F.col("unowned_to").isNull()).alias("unowned_now"),
-        )
-        .orderBy(F.desc("seconds"), "group_id", "topic", "partition")
-        .limit(TOP)
-        .collect()
-    )
+    worst = sorted(downtime, key=lambda p: (-(p.seconds or 0.0), p.group_id, p.topic, p.partition))[
+        :TOP
+    ]
+    partitions = [
+        [p.group_id, p.topic, p.partition, p.seconds or 0.0, p.intervals, p.longest, p.open > 0]
+        for p in worst
+    ]
     churn = (
         members.orderBy(F.desc(F.col("joins") + F.col("lost")), "group_id", "member")
         .limit(TOP)
@@ -290,15 +311,6 @@ def offenders(tables: Mapping[str, DataFrame]) -> str:
         "partitions_moved",
         "trigger",
         "reason",
-    ]
-    partition_cols = [
-        "group_id",
-        "topic",
-        "partition",
-        "seconds",
-        "intervals",
-        "longest",
-        "unowned_now",
     ]
     member_cols = ["group_id", "member", "joins", "leaves", "lost", "static", "active"]
     return "".join(
@@ -336,7 +348,7 @@ def offenders(tables: Mapping[str, DataFrame]) -> str:
                 "top-partitions",
                 "Partitions with the most downtime",
                 ["group", "topic", "partition", "seconds", "intervals", "longest s", "unowned now"],
-                _values(partitions, partition_cols),
+                partitions,
             ),
             _table(
                 "top-members",
@@ -363,7 +375,12 @@ th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left}th{background
 
 
 def render_html(tables: Mapping[str, DataFrame]) -> str:
-    headline = _headline(tables)
+    return _render(tables)[0]
+
+
+def _render(tables: Mapping[str, DataFrame]) -> tuple[str, Headline]:
+    downtime = partition_downtime(tables["downtime"])
+    headline = _headline(tables, downtime)
     cards = [
         ("events", format_number(headline.events)),
         ("duplicates", format_number(headline.duplicates)),
@@ -388,7 +405,7 @@ def render_html(tables: Mapping[str, DataFrame]) -> str:
             "From the first revoke/lost (or enforce request) to the last assign of the generation.",
         ),
         (
-            downtime_heatmap(tables["downtime"]),
+            downtime_heatmap(downtime),
             "Seconds each partition had no owner, summed; eager groups stop the world, "
             "cooperative ones should stay pale.",
         ),
@@ -405,19 +422,23 @@ def render_html(tables: Mapping[str, DataFrame]) -> str:
             f"<h2>{escape(title)}</h2><figure>{svg}"
             f"<figcaption>{escape(caption)}</figcaption></figure>"
         )
-    body.append("<h2>Top offenders</h2>" + offenders(tables))
-    return (
+    body.append("<h2>Top offenders</h2>" + offenders(tables, downtime))
+    html = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         "<title>Fleet rebalance report</title>"
         f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
     )
+    return html, headline
 
 
-def render_report(tables: Mapping[str, DataFrame], path: Path) -> Path:
-    """Write the report to ``path`` (atomically: readers never see half a page)."""
-    html = render_html(tables)
+def render_report(tables: Mapping[str, DataFrame], path: Path) -> Headline:
+    """Write the report to ``path`` (atomically: readers never see half a page).
+
+    Returns the headline figures (the caller reports the rebalance count from it).
+    """
+    html, headline = _render(tables)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".html.partial")
     partial.write_text(html, encoding="utf-8")
     partial.replace(path)
-    return path
+    return headline

@@ -25,6 +25,24 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "16",
     "spark.ui.showConsoleProgress": "false",
 }
+# SQL settings the job's plans are written for, applied to every session the job
+# runs in (also under spark-submit, where they are set at run time): they are about
+# how the job computes, not about the machine.
+PLANNER_CONF: Mapping[str, str] = {
+    # Adaptive execution (the default since Spark 3.2, stated because the plans rely
+    # on it): it coalesces the small shuffles of the aggregates and turns joins
+    # against small frames into broadcasts at run time.
+    "spark.sql.adaptive.enabled": "true",
+    # Frames already hash-partitioned by group join on (group, generation) without a
+    # new shuffle (Spark's default re-shuffles unless partitioned by every key).
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+}
+
+
+def apply_planner_conf(spark: SparkSession) -> SparkSession:
+    for key, value in PLANNER_CONF.items():
+        spark.conf.set(key, value)
+    return spark
 
 
 def kafka_jars_dir(explicit: str | Path | None = None) -> Path | None:
@@ -57,6 +75,7 @@ def build_session(
     """A local session; jars and memory only apply if no JVM is running yet."""
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = dict(LOCAL_DEFAULTS)
+    settings.update(PLANNER_CONF)
     settings.update(conf or {})
     if jars:
         settings["spark.jars"] = ",".join(jars)

@@ -23,13 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from .events import KafkaInput, kafka_value_to_raw, read_files
-from .job import refresh
+from .events import KafkaInput, kafka_value_to_raw, read_normalized
+from .output import refresh
 
 EVENTS_DIR = "_events"
 CHECKPOINT_DIR = "_checkpoint"
@@ -45,6 +47,21 @@ class StreamOptions:
     report: bool = True
 
 
+@dataclass(frozen=True)
+class BatchLag:
+    """How far one micro-batch's tables trailed its input."""
+
+    batch_id: int
+    records: int
+    oldest_record: datetime  # Kafka timestamp of the batch's oldest record
+    tables_written: datetime  # when the batch's tables and report were in place
+
+    @property
+    def lag_seconds(self) -> float:
+        """From the oldest record's arrival in Kafka to the tables that include it."""
+        return (self.tables_written - self.oldest_record).total_seconds()
+
+
 class TableRefresher:
     """The ``foreachBatch`` function; counts the micro-batches that carried events."""
 
@@ -54,17 +71,30 @@ class TableRefresher:
         self.events_dir = options.output / EVENTS_DIR
         self.batches = 0
         self.rebalances = 0
+        self.lags: list[BatchLag] = []
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        raw = kafka_value_to_raw(batch).where("id IS NOT NULL")
-        if raw.isEmpty():
+        # The same read of the batch that said whether it is empty gives its oldest
+        # record (the Kafka timestamp), from which the tables' lag is measured.
+        seen = batch.agg(F.count(F.lit(1)).alias("n"), F.min("timestamp").alias("oldest")).first()
+        if seen is None or not seen["n"]:
             return
+        raw = kafka_value_to_raw(batch).where("id IS NOT NULL")
         raw.write.mode("append").parquet(str(self.events_dir))
-        history = read_files(self.spark, [str(self.events_dir)])
+        history = read_normalized(self.spark, [str(self.events_dir)])
         self.rebalances = refresh(
             self.spark, history, self.options.output, report=self.options.report
         )
         self.batches += 1
+        oldest: datetime = seen["oldest"]
+        self.lags.append(
+            BatchLag(
+                batch_id=batch_id,
+                records=int(seen["n"]),
+                oldest_record=oldest.astimezone(UTC),
+                tables_written=datetime.now(UTC),
+            )
+        )
 
 
 def kafka_stream(spark: SparkSession, inputs: Sequence[str], starting_offsets: str) -> DataFrame:

@@ -379,11 +379,17 @@ def build_tables(spark: SparkSession, events: DataFrame) -> FleetTables:
     """
     del spark  # the frames carry their session; kept for a uniform entry point
     normalized = events if "event_id" in events.columns else normalize(events)
-    # One shuffle and sort per member feeds every table but ownership and downtime,
-    # which take one more per partition; both results are cached so each input row
-    # is parsed, shuffled and sorted once per table family.
-    flagged = flag_member_events(mark_duplicates(normalized)).persist(StorageLevel.MEMORY_AND_DISK)
-    segs = own.segments(own.partition_events(replayed(flagged))).persist(
+    # The one shuffle: every window and group-by below is per group (per member, per
+    # partition, per generation, per source of a group), so hash-partitioning the
+    # events by group once satisfies all of them; Spark then only sorts within
+    # partitions (see session.LOCAL_DEFAULTS / submit.sh for the co-partitioned
+    # joins). The exploded per-partition rows, the biggest frame, never move.
+    by_group = normalized.repartition("group_id")
+    flagged = flag_member_events(mark_duplicates(by_group)).persist(StorageLevel.MEMORY_AND_DISK)
+    # Per partition, the membership events move once more, by group again and before
+    # they are exploded (a fifth of the rows that the exploded per-partition rows
+    # would be); the per-partition windows then need no shuffle of their own.
+    segs = own.segments(own.partition_events(replayed(flagged).repartition("group_id"))).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     down = own.downtime(segs)

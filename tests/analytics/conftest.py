@@ -58,6 +58,22 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     session.stop()
 
 
+def canonical(rows: Rows) -> list[tuple[Any, ...]]:
+    """Rows in a fixed order; floats to the microsecond (sums may add in another order)."""
+
+    def value(v: Any) -> Any:
+        return round(v, 6) if isinstance(v, float) else v
+
+    return sorted(
+        (tuple(value(v) for v in row.values()) for row in rows),
+        key=lambda t: tuple((v is None, str(v)) for v in t),
+    )
+
+
+def written_rows(spark: SparkSession, output: Path, name: str) -> Rows:
+    return [r.asDict() for r in spark.read.parquet(str(output / name)).collect()]
+
+
 def collect_tables(spark: SparkSession, path: Path) -> TableRows:
     """Every table built from the events in ``path``, as lists of dicts."""
     from sidecar.analytics.tables import build_tables

@@ -17,6 +17,8 @@ from sidecar.analytics.generator import FleetSpec, cloud_event, write_events, wr
 from sidecar.analytics.job import main
 from sidecar.analytics.tables import TABLE_NAMES
 
+from .conftest import canonical, written_rows
+
 CHARTS = ("chart-rebalances-over-time", "chart-duration-distribution", "chart-downtime-heatmap")
 OFFENDER_TABLES = ("top-groups", "top-longest", "top-partitions", "top-members")
 
@@ -107,6 +109,29 @@ def test_tables_describe_the_generated_fleet(
     delivery = table("delivery")
     assert sum(int(str(r["events"])) for r in delivery) == lines
     assert sum(int(str(r["duplicates"])) for r in delivery) == lines - len(ids)
+
+
+@pytest.mark.spark
+def test_convert_to_parquet_then_the_same_tables(
+    spark: SparkSession, fleet: Path, job_output: Path, tmp_path: Path
+) -> None:
+    parquet = tmp_path / "fleet.parquet"
+    converted = ["convert", "--input", str(fleet), "--output", str(parquet), "--master", "local[2]"]
+    assert main(converted) == 0
+    assert any(parquet.glob("*.parquet"))
+    output = tmp_path / "from-parquet"
+    assert main(["--input", str(parquet), "--output", str(output), "--master", "local[2]"]) == 0
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == canonical(
+            written_rows(spark, job_output, name)
+        ), name
+
+
+def test_convert_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "--help"])
+    assert exit_info.value.code == 0
+    assert "Parquet" in capsys.readouterr().out
 
 
 @pytest.mark.spark

@@ -11,8 +11,11 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from sidecar.analytics.generator import cloud_event
+from sidecar.analytics.generator import FleetSpec, cloud_event, write_fleet_file
 from sidecar.analytics.streaming import StreamOptions, start_stream
+from sidecar.analytics.tables import TABLE_NAMES
+
+from .conftest import canonical, collect_tables, written_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -45,7 +48,8 @@ def event(
 def produce(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for item in events:
-        producer.produce(topic, key=b"live", value=json.dumps(item).encode())
+        key = str(item["data"]["group_id"]).encode()
+        producer.produce(topic, key=key, value=json.dumps(item).encode())
     assert producer.flush(30) == 0
 
 
@@ -89,3 +93,37 @@ def test_stream_updates_tables_as_events_arrive(
     finally:
         query.stop()
     assert query.exception() is None
+
+
+def test_streamed_tables_equal_the_batch_tables(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[int], str],
+    tmp_path: Path,
+) -> None:
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=4, events=3000, seed=9))
+    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    topic = topic_factory(3)
+    produce(kafka_bootstrap, topic, events[:1000])
+    output = tmp_path / "out"
+    options = StreamOptions(
+        inputs=[f"kafka://{kafka_bootstrap}/{topic}"],
+        output=output,
+        trigger_seconds=1.0,
+        report=False,
+    )
+    query, refresher = start_stream(spark, options)
+    try:
+        query.processAllAvailable()
+        produce(kafka_bootstrap, topic, events[1000:])  # the rest arrives in later batches
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert refresher.batches >= 2
+    assert sum(lag.records for lag in refresher.lags) == len(events)
+    assert all(lag.lag_seconds >= 0 for lag in refresher.lags)
+    expected = collect_tables(spark, fleet)
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
