@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from bench.handover.members import GO_APP
 from bench.handover.run import GRACEFUL, run_handover
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def contenders() -> list[str]:
-    return ["python"]
+    if not GO_APP.exists():
+        pytest.fail(f"{GO_APP} is missing: build it with scripts/build-go-app.sh")
+    return ["python", "go"]
 
 
 @pytest.mark.timeout(240)
