@@ -168,7 +168,7 @@ class Fleet:
             "leave": 1,
             "restart": 2 % self.size,
             "kill_app": 0,
-            "kill_sidecar": self.size,
+            "kill_sidecar": 1 % self.size,
         }[name]
         member = self.members[target]
         if name in member.unsupported:
