@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 Key = tuple[str, int]  # topic, partition
+DROPPED = "dropped"  # an L line: the state was dropped unflushed
 
 
 @dataclass
@@ -111,6 +112,7 @@ def read_logs(directory: Path) -> Logs:
                 pending[key] = [p for p in pending[key] if p.offset >= flush.position]
             elif parts[0] == "L" and len(parts) >= 5:
                 key = (parts[1], int(parts[2]))
+                flushes[key].append(Flush(parts[3], int(parts[4]) / 1e6, -1, DROPPED))
                 redone += len(pending[key])
                 pending[key] = []
         redone += sum(len(v) for v in pending.values())  # never flushed (killed)
@@ -164,17 +166,20 @@ def _handovers(key: Key, processed: list[Processing], flushes: list[Flush]) -> l
     for previous, current in itertools.pairwise(processed):
         if current.app == previous.app:
             continue
-        # The old owner's flush that made its state of this partition durable (or None).
+        # The old owner's flush that made its state of this partition durable; None when it
+        # dropped that state first (lost) or never flushed it (killed).
         flush = next(
             (
                 f
                 for f in flushes
                 if f.app == previous.app
                 and f.time >= previous.time
-                and f.position > previous.offset
+                and (f.position > previous.offset or f.reason == DROPPED)
             ),
             None,
         )
+        if flush is not None and flush.reason == DROPPED:
+            flush = None
         found.append(
             Handover(
                 key,

@@ -251,12 +251,20 @@ def run_handover(
     step_seconds: float = 8.0,
     footprint_seconds: float = 5.0,
     say: Callable[[str], None] = print,
+    producer: Producer_ | None = None,
 ) -> list[FleetResult]:
-    """Run the contenders' fleets side by side under the same churn; count each."""
+    """Run the contenders' fleets side by side under the same churn; count each.
+
+    Without ``producer``, a topic and a producer of its own; with one (already started),
+    its topic, from its current end, and the producer is left running.
+    """
     stamp = f"{int(time.time())}-{random.randrange(1 << 16):04x}"
-    topic = f"handover-{stamp}"
-    create_topic(bootstrap, topic, partitions)
-    producer = Producer_(bootstrap, topic, rate).start()
+    own = producer is None
+    if producer is None:
+        topic = f"handover-{stamp}"
+        create_topic(bootstrap, topic, partitions)
+        producer = Producer_(bootstrap, topic, rate).start()
+    topic = producer.topic
     fleets: list[Fleet] = []
     starts: dict[str, dict[int, int]] = {}
     try:
@@ -268,7 +276,10 @@ def run_handover(
             starts[contender] = start
             shared = Shared(bootstrap, group, topic, work / f"{contender}-{stamp}")
             fleets.append(Fleet(contender, shared, members, work))
-        say(f"  topic {topic}: {partitions} partitions, {rate:.0f} records/s; fleets of {members}")
+        say(
+            f"  topic {topic}: {partitions} partitions, {producer.rate:.0f} records/s; "
+            f"fleets of {members}"
+        )
         with ThreadPoolExecutor(max_workers=len(fleets)) as pool:
             list(pool.map(lambda f: f.start(), fleets))
             since = time.time()
@@ -285,7 +296,8 @@ def run_handover(
                 list(pool.map(partial(Fleet.step, name=name), fleets))
                 time.sleep(step_seconds)
                 windows.append((name, began, time.time()))
-        producer.stop()
+        if own:
+            producer.stop()
         end = watermarks(bootstrap, topic, partitions)
         for fleet in fleets:
             try:
@@ -293,7 +305,8 @@ def run_handover(
             except TimeoutError:
                 say(f"  {fleet.contender}: not caught up after 90 s")
     finally:
-        producer.stop()
+        if own:
+            producer.stop()
         with ThreadPoolExecutor(max_workers=max(1, len(fleets))) as pool:
             list(pool.map(lambda f: f.stop(), fleets))
     results = []

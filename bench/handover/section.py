@@ -25,14 +25,25 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import time
 from dataclasses import asdict
+from pathlib import Path
 
 from bench.common import REPO, Context, SectionResult, Table, Target
 from bench.handover.analysis import percentile
 from bench.handover.members import COMMIT_INTERVAL_MS, GO_APP, TOOLS
-from bench.handover.run import CHAOS, CONTENDERS, GRACEFUL, FleetResult, run_handover
+from bench.handover.run import (
+    CHAOS,
+    CONTENDERS,
+    GRACEFUL,
+    FleetResult,
+    Producer_,
+    create_topic,
+    run_handover,
+)
 
 RATE = 300.0
+PARTITIONS = 6
 
 
 def _prepare(ctx: Context) -> list[str]:
@@ -101,27 +112,14 @@ def run(ctx: Context) -> SectionResult:
     contenders = _prepare(ctx)
     work = ctx.work_dir / "handover"
     phases: dict[str, dict[str, FleetResult]] = {"graceful": {}, "kill -9": {}}
-    for name in contenders:
-        for phase, steps in (("graceful", GRACEFUL), ("kill -9", CHAOS)):
-            ctx.say(f"  -- {CONTENDERS[name]}: {phase} churn")
-            (found,) = run_handover(
-                ctx.bootstrap,
-                work,
-                [name],
-                steps=steps,
-                members=members,
-                rate=RATE,
-                step_seconds=step_seconds,
-                footprint_seconds=3.0 if quick else 5.0,
-                say=ctx.say,
-            )
-            phases[phase][name] = found
-            c = found.counts
-            ctx.say(
-                f"     records {c.produced}, gaps {c.gaps}, duplicates {c.duplicates}, "
-                f"split-state max {_ms(max(c.split_windows) if c.split_windows else math.nan)}"
-                f", state lost {c.state_lost}, pauses {[round(p, 3) for p in c.step_pauses]}"
-            )
+    # One topic and one producer for the whole section: every contender reads the same stream.
+    topic = f"handover-{int(time.time())}"
+    create_topic(ctx.bootstrap, topic, PARTITIONS)
+    producer = Producer_(ctx.bootstrap, topic, RATE).start()
+    try:
+        _phases(ctx, contenders, producer, work, members, step_seconds, quick, phases)
+    finally:
+        producer.stop()
     columns = [
         "contender",
         "churn",
@@ -143,8 +141,9 @@ def run(ctx: Context) -> SectionResult:
         Table(
             columns,
             rows,
-            caption=f"{members} members (+1 joining), {RATE:.0f} records/s on 6 partitions, "
-            f"{step_seconds:.0f} s per churn step; commit interval {COMMIT_INTERVAL_MS} ms; "
+            caption=f"{members} members (+1 joining), {RATE:.0f} records/s on one topic of "
+            f"{PARTITIONS} partitions for all, {step_seconds:.0f} s per churn step, commit "
+            f"interval {COMMIT_INTERVAL_MS} ms; "
             "footprint per member while processing (CPU: % of one core).",
         )
     )
@@ -220,4 +219,38 @@ def _targets(
                     _ms(ours),
                     ours <= goal,
                 )
+            )
+
+
+def _phases(
+    ctx: Context,
+    contenders: list[str],
+    producer: Producer_,
+    work: Path,
+    members: int,
+    step_seconds: float,
+    quick: bool,
+    phases: dict[str, dict[str, FleetResult]],
+) -> None:
+    for name in contenders:
+        for phase, steps in (("graceful", GRACEFUL), ("kill -9", CHAOS)):
+            ctx.say(f"  -- {CONTENDERS[name]}: {phase} churn")
+            (found,) = run_handover(
+                ctx.bootstrap,
+                work,
+                [name],
+                steps=steps,
+                members=members,
+                partitions=PARTITIONS,
+                producer=producer,
+                step_seconds=step_seconds,
+                footprint_seconds=3.0 if quick else 5.0,
+                say=ctx.say,
+            )
+            phases[phase][name] = found
+            c = found.counts
+            ctx.say(
+                f"     records {c.produced}, gaps {c.gaps}, duplicates {c.duplicates}, "
+                f"split-state max {_ms(max(c.split_windows) if c.split_windows else math.nan)}"
+                f", state lost {c.state_lost}, pauses {[round(p, 3) for p in c.step_pauses]}"
             )

@@ -16,8 +16,9 @@ Offsets committed are always positions whose effects were flushed: a crash loses
 will be redone (at-least-once, duplicates bounded by the commit interval), never skips records.
 
 For the handover benchmark it writes one line per processed record and per flush to
-``RECORD_LOG`` (tab-separated: ``P topic partition offset app time_us`` and
-``F topic partition app time_us reason position``).
+``RECORD_LOG`` (tab-separated: ``P topic partition offset app time_us``,
+``F topic partition app time_us reason position``, and ``L topic partition app time_us`` when a
+partition's tallies are dropped unflushed).
 
 Settings (environment): ``WEBHOOK_SECRET`` (whsec_..., required), ``SIDECAR_URL``
 (http://127.0.0.1:8080), ``SIDECAR_API_TOKEN``, ``KAFKA_BOOTSTRAP_SERVERS`` (required; else
@@ -93,6 +94,10 @@ class RecordLog:
                 f"F\t{tp.topic}\t{tp.partition}\t{self.app_id}\t{now_us()}\t{reason}\t{position}\n"
             )
 
+    def dropped(self, tp: Partition) -> None:
+        if self._file is not None:
+            self._lines.append(f"L\t{tp.topic}\t{tp.partition}\t{self.app_id}\t{now_us()}\n")
+
     def sync(self) -> None:
         """Hand the lines to the OS (they survive kill -9 of this process)."""
         if self._file is not None and self._lines:
@@ -167,16 +172,23 @@ class Worker:
     # -- the consumer thread -----------------------------------------------------------------
 
     def _run(self) -> None:
+        try:  # connect now: the first assignment should not wait for a connection
+            self.consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            log.warning("Kafka not reachable yet: %s", exc)
         last_commit = time.monotonic()
         while not self._stop.is_set():
             self._drain_commands()
             if self.waiting:
                 self._resolve_waiting()
             if not self.owned:
-                time.sleep(0.02)
+                self._wait_for_command(0.05)
                 continue
             try:
-                messages = self.consumer.consume(num_messages=500, timeout=0.05)
+                # poll() returns with the first record; consume(timeout=0) adds what is queued
+                # (consume() with a timeout would wait for a full batch).
+                first = self.consumer.poll(0.05)
+                messages = [] if first is None else [first, *self.consumer.consume(499, 0)]
             except KafkaException as exc:
                 log.warning("consume failed: %s", exc)
                 continue
@@ -193,16 +205,26 @@ class Worker:
         self._flush_and_commit()
         self.records.sync()
 
+    def _wait_for_command(self, timeout: float) -> None:
+        try:
+            action, future = self._commands.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._run_command(action, future)
+
+    def _run_command(self, action: Callable[[], Any], future: Future[Any]) -> None:
+        try:
+            future.set_result(action())
+        except Exception as exc:
+            future.set_exception(exc)
+
     def _drain_commands(self) -> None:
         while True:
             try:
                 action, future = self._commands.get_nowait()
             except queue.Empty:
                 return
-            try:
-                future.set_result(action())
-            except Exception as exc:
-                future.set_exception(exc)
+            self._run_command(action, future)
 
     def _process(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
@@ -302,6 +324,7 @@ class Worker:
     def lose(self, partitions: list[Partition]) -> None:
         for tp in self._stop_reading(partitions):
             self.owned.pop(tp)  # the tallies are dropped: someone else redoes this work
+            self.records.dropped(tp)
         self.records.sync()
 
 
@@ -368,7 +391,7 @@ def main() -> int:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 50,
+            "fetch.wait.max.ms": 10,
         }
     )
     records = RecordLog(env.get("RECORD_LOG"), app_id)

@@ -268,6 +268,7 @@ func (l listener) OnLost(partitions []subscriber.Partition, info subscriber.Even
 	l.w.call(func() {
 		for _, tp := range l.w.stopReading(partitions) {
 			delete(l.w.owned, tp)
+			l.w.line("L\t%s\t%d\t%s\t%d\n", tp.Topic, tp.Partition, l.w.appID, nowMicros())
 		}
 		l.w.sync()
 	})
@@ -306,6 +307,11 @@ func main() {
 	if err != nil {
 		log.Fatalf("kafka client: %v", err)
 	}
+	ping, cancelPing := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := client.Ping(ping); err != nil { // connect now, not on the first assignment
+		log.Printf("Kafka not reachable yet: %v", err)
+	}
+	cancelPing()
 	storeDir := getenv("STORE_DIR")
 	if storeDir == "" {
 		storeDir = "/var/lib/example-app"
