@@ -165,7 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.report import render
 
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(render(results, description, command, sizes, load_tool, total.elapsed))
+        findings = not set(chosen) <= OPT_IN  # bench/findings.md is about the main sections
+        output.write_text(
+            render(results, description, command, sizes, load_tool, total.elapsed, findings)
+        )
         say(f"bench: wrote {output}")
     raw: Path = args.json or args.work_dir / "last-run.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
