@@ -33,8 +33,11 @@ SECTIONS: dict[str, str] = {
     "http": "bench.http_api",
     "journal": "bench.journal_append",
     "scale": "bench.scale",
+    "handover": "bench.handover.section",
 }
-NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale"}
+NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
+# Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
+OPT_IN = {"handover"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
 
@@ -61,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure what the sidecar costs against baselines measured in the same run "
         "(latency, rebalance cost, footprint, HTTP, journal). A full run takes about "
         "6-8 minutes on 2 cores and writes docs/benchmarks.md.",
-        epilog="Sections: " + ", ".join(SECTIONS) + ". Without --bootstrap, a broker is started "
+        epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
+        "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "
+        "--output docs/handover.md). Without --bootstrap, a broker is started "
         "with deploy/local/kafka.sh on --kafka-port (data in .cache/kafka-bench) and stopped "
         "afterwards. The document is written by a full run of every section, or wherever "
         "--output says.",
@@ -134,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value is not None
         },
     )
-    chosen = [s for s in SECTIONS if not args.only or s in args.only]
+    chosen = [s for s in SECTIONS if (s in args.only if args.only else s not in OPT_IN)]
     output = args.output
     if output is None and not args.only and not args.quick:
         output = DEFAULT_OUTPUT
@@ -179,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.report import render
 
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(render(results, description, command, sizes, load_tool, total.elapsed))
+        findings = not set(chosen) <= OPT_IN  # bench/findings.md is about the main sections
+        output.write_text(
+            render(results, description, command, sizes, load_tool, total.elapsed, findings)
+        )
         say(f"bench: wrote {output}")
     raw: Path = args.json or args.work_dir / "last-run.json"
     raw.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ def render(
     sizes: Sizes,
     load_tool: str,
     seconds: float,
+    findings: bool = True,
 ) -> str:
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out: list[str] = ["# Benchmarks", "", INTRO]
@@ -41,7 +42,7 @@ def render(
         out += ["", "## Targets", ""]
         rows = [[t.what, t.goal, t.measured, "met" if t.met else "**missed**"] for t in targets]
         out += _table(Table(["target", "goal", "measured", ""], rows))
-    if FINDINGS.exists():
+    if findings and FINDINGS.exists():
         out += ["", FINDINGS.read_text().strip()]
     for result in results:
         out += ["", f"## {result.title}", "", result.method, ""]

@@ -29,6 +29,9 @@ fi
 step "set-up: deploy tools (helm, kustomize and promtool from Go modules, hadolint, kubernetes-validate)"
 scripts/check-deploy.sh tools </dev/null
 
+step "set-up: the Go reference app (tests/handover)"
+scripts/build-go-app.sh </dev/null
+
 step "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null
 

@@ -385,6 +385,11 @@ preStop:
 {{- if $c.values.app.sidecarEnv -}}
 - name: SIDECAR_URL
   value: {{ printf "http://127.0.0.1:%d" (int64 $c.values.sidecar.api.port) | quote }}
+# The reference apps read their partitions themselves: Kafka's address and the group.
+- name: KAFKA_BOOTSTRAP_SERVERS
+  value: {{ $c.values.sidecar.kafka.bootstrapServers | quote }}
+- name: GROUP_ID
+  value: {{ $c.values.sidecar.kafka.groupId | quote }}
 {{- if include "rebalance-sidecar.hasToken" . }}
 - name: SIDECAR_API_TOKEN
   valueFrom:
