@@ -29,8 +29,9 @@ fi
 step "set-up: deploy tools (helm, kustomize and promtool from Go modules, hadolint, kubernetes-validate)"
 scripts/check-deploy.sh tools </dev/null
 
-step "set-up: the Go reference app (tests/handover)"
+step "set-up: the Go reference app (tests/handover) and Toxiproxy (link faults), from Go modules"
 scripts/build-go-app.sh </dev/null
+scripts/toxiproxy.sh </dev/null >/dev/null
 
 step "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null
