@@ -6,7 +6,7 @@ The architecture, one module per responsibility (the README's "How it works" has
 * the member thread (the only caller of the ``Consumer``): ``member``, ``listener``,
   ``membership`` (no Kafka), ``group_calls``, ``link``, ``commands``
 * the boundary between that thread and the asyncio loop: ``handoff``
-* durability: ``journal``
+* values and durability: ``model``, ``journal``
 * webhooks: ``delivery``, ``courier``, ``barrier``, ``retry``, ``subscriptions``
 * other outputs: ``feed`` (SSE), ``fleet`` (a Kafka topic)
 * HTTP: ``api``, ``web/``, ``schemas``, ``errors``, ``probes``
