@@ -153,13 +153,18 @@ class Sidecar:
         return next((lst.port for lst in self._listeners if lst.name == name), None)
 
     async def drain(self, deadline: float) -> Assignment | None:
-        if self._lifecycle is Lifecycle.RUNNING:
-            self._lifecycle = Lifecycle.DRAINED
+        started_here = self._lifecycle is Lifecycle.RUNNING
+        if started_here:
+            self._lifecycle = Lifecycle.DRAINED  # not ready from now on: the pod is going
         try:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
             return self.handoff.snapshot
-        except (TimeoutError, MemberBusy):  # not left in time: the caller answers 504
+        except MemberBusy:  # withdrawn, never run: still in the group, so still ready
+            if started_here and self._lifecycle is Lifecycle.DRAINED:
+                self._lifecycle = Lifecycle.RUNNING
+            return None
+        except TimeoutError:  # taken, still leaving: the caller answers 504
             return None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -191,6 +196,8 @@ class Sidecar:
                     access_log=False,
                     lifespan="off",
                     timeout_graceful_shutdown=5,
+                    # Peers are who they are: no X-Forwarded-For may pose as loopback.
+                    proxy_headers=False,
                 )
             )
             listener.task = loop.create_task(

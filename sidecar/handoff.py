@@ -80,6 +80,7 @@ class Handoff:
     def __init__(self, loop: asyncio.AbstractEventLoop, initial: Assignment) -> None:
         self._loop = loop
         self._commands: queue.SimpleQueue[PendingCommand] = queue.SimpleQueue()
+        self._held: list[PendingCommand] = []  # consumer thread only: not runnable yet
         self._closed = False
         self._side: LoopSide | None = None
         # Read from both sides; replaced (never mutated) by the consumer thread.
@@ -142,26 +143,37 @@ class Handoff:
                 expired.set_exception(exc)
 
         if self._call(expire):
-            try:
-                return expired.result(timeout=2.0)
-            except Exception:  # noqa: S110 - timing out here must not stop the rebalance
-                pass
-        return BarrierOutcome(timed_out=True)
+            with contextlib.suppress(Exception):  # timing out here must not stop the rebalance
+                outcome = expired.result(timeout=2.0)
+                # The loop runs callbacks in order: an answer that settled the barrier just
+                # before the expiry ran is in ``future`` by now, offsets and all.
+                return future.result() if future.done() else outcome
+        return future.result() if future.done() else BarrierOutcome(timed_out=True)
 
-    def take_commands(self) -> list[PendingCommand]:
-        """The commands to run now; withdrawn ones (``MemberBusy``) are skipped for good."""
-        pending: list[PendingCommand] = []
+    def take_commands(
+        self, accept: Callable[[Command[Any]], bool] | None = None
+    ) -> list[PendingCommand]:
+        """The commands to run now, oldest first; withdrawn ones (``MemberBusy``) are skipped
+        for good. With ``accept``, the others are held back for a later call, not taken: a
+        command the thread cannot run yet stays withdrawable by its caller's deadline."""
+        candidates, self._held = self._held, []
         while True:
             try:
-                taken = self._commands.get_nowait()
+                candidates.append(self._commands.get_nowait())
             except queue.Empty:
-                return pending
+                break
+        pending: list[PendingCommand] = []
+        for taken in candidates:
+            if accept is not None and not accept(taken.command):
+                if not taken.future.cancelled():
+                    self._held.append(taken)
             # Atomic against the submitter's cancel(): either withdrawn, or ours to run.
-            if taken.future.set_running_or_notify_cancel():
+            elif _claim(taken):
                 pending.append(taken)
+        return pending
 
     def close(self) -> None:
-        """The consumer thread is done: fail whatever is still queued."""
+        """The consumer thread is done: fail whatever is still queued or held back."""
         self._closed = True
         self._fail_queued()
 
@@ -232,3 +244,12 @@ class Handoff:
     def _snapshot_changed(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+
+def _claim(pending: PendingCommand) -> bool:
+    """Mark ``pending`` as running; ``False`` when its caller withdrew it (or another
+    thread claimed it first, when the loop fails what is left at shutdown)."""
+    try:
+        return pending.future.set_running_or_notify_cancel()
+    except RuntimeError:  # already running: claimed by the other side
+        return False

@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
 from sidecar.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
-from sidecar.handoff import Command, Handoff, MemberGone, PendingCommand
+from sidecar.handoff import Command, Handoff, PendingCommand
 from sidecar.journal import Journal
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
@@ -106,7 +106,6 @@ class GroupMember:
         )
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
-        self._deferred: list[PendingCommand] = []  # taken during a barrier, run after it
         self._next_contact_probe = 0.0
         self._session_s = _presumed_session_seconds(settings)
         self._recreate = False
@@ -152,8 +151,6 @@ class GroupMember:
         finally:
             self._core.stopped()
             self._publish()
-            for pending in self._deferred:  # taken during a barrier, never run
-                pending.future.set_exception(MemberGone("the group member has stopped"))
             self._handoff.close()
             self._journal.close()
 
@@ -267,21 +264,18 @@ class GroupMember:
     # -- commands --------------------------------------------------------------------------
 
     def _serve_commands(self) -> None:
-        deferred, self._deferred = self._deferred, []
-        for pending in deferred + self._handoff.take_commands():
+        for pending in self._handoff.take_commands():
             self._run_command(pending)
 
     def _serve_commits(self) -> None:
         """Inside a revoke barrier: commits only (the app commits from its revoke handler).
 
-        Anything else (enforce, leave) must not run inside a rebalance callback: it waits
-        for the next turn of the poll loop.
+        Anything else (enforce, leave) must not run inside a rebalance callback: it stays
+        queued for the next turn of the poll loop, and its caller's deadline can still
+        withdraw it (``MemberBusy``: never run).
         """
-        for pending in self._handoff.take_commands():
-            if isinstance(pending.command, Commit):
-                self._run_command(pending)
-            else:
-                self._deferred.append(pending)
+        for pending in self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)):
+            self._run_command(pending)
 
     def _run_command(self, pending: PendingCommand) -> None:
         try:

@@ -27,7 +27,8 @@ class RetryPolicy:
             # busy loop of POSTs against a subscriber that just said it is overloaded.
             return min(max(retry_after, self.initial), self.maximum)
         # Full jitter (AWS architecture blog): spreads retries of many sidecars.
-        return random.uniform(0, min(self.maximum, self.initial * 2 ** (attempt - 1)))
+        # The exponent is capped: 2.0 ** 1024 overflows a float, and the cap is long reached.
+        return random.uniform(0, min(self.maximum, self.initial * 2.0 ** min(attempt - 1, 62)))
 
     def exhausted(self, attempt: int, journaled_at: float, now: float) -> bool:
         if self.max_attempts and attempt >= self.max_attempts:

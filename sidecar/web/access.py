@@ -9,7 +9,9 @@
   ``Origin`` that is not this host, and the CORS "simple" content types (form encodings,
   ``text/plain``). Clients that are not browsers (curl, SDKs) send none of these; JSON
   bodies go with ``Content-Type: application/json``, which a cross-site page cannot send
-  without a preflight the sidecar never grants.
+  without a preflight the sidecar never grants. And the ``Host`` must name loopback
+  (``127.0.0.1``, ``[::1]``, ``localhost``): a page whose own name was rebound to 127.0.0.1
+  (DNS rebinding) is same-origin to itself, but its requests carry its own name as ``Host``.
 * The admin listener's drain needs ``X-Drain-Token: <SIDECAR_DRAIN_TOKEN>``; without a
   configured drain token only loopback peers may drain, and the same browser rules apply.
 """
@@ -60,17 +62,37 @@ def is_loopback(host: str | None) -> bool:
     return address.is_loopback
 
 
+def names_loopback(host_header: str | None) -> bool:
+    """Is this ``Host`` header loopback: ``127.0.0.1:8080``, ``[::1]``, ``localhost``?"""
+    if not host_header:
+        return False
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host == "localhost" or is_loopback(host)
+
+
 def refuse_cross_site(request: Request) -> None:
     """Raise ``Forbidden`` for what only a browser sends on someone else's behalf."""
+    host = request.headers.get("host")
+    if not names_loopback(host):
+        raise Forbidden(
+            f"Host {host!r} refused: without a token only loopback names are served "
+            "(a rebound DNS name could otherwise reach the sidecar from a web page)"
+        )
     site = request.headers.get("sec-fetch-site")
     if site is not None and site.strip().lower() not in ("same-origin", "none"):
         raise Forbidden(f"cross-site browser request refused (Sec-Fetch-Site: {site})")
     origin = request.headers.get("origin")
-    if (
-        origin is not None
-        and urlsplit(origin).netloc.lower() != (request.headers.get("host") or "").lower()
-    ):
-        raise Forbidden("cross-site browser request refused (Origin is not this sidecar)")
+    if origin is not None:
+        try:
+            origin_host = urlsplit(origin).netloc.lower()
+        except ValueError:  # "http://[" and the like
+            raise Forbidden("cross-site browser request refused (malformed Origin)") from None
+        if origin_host != (host or "").lower():
+            raise Forbidden("cross-site browser request refused (Origin is not this sidecar)")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in _SIMPLE_CONTENT_TYPES:
         raise Forbidden(

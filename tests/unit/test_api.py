@@ -397,3 +397,43 @@ def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: 
         assert body.status_code == 422
 
     run(tmp_path, scenario)
+
+
+def test_without_a_token_a_rebound_dns_name_is_refused(tmp_path: Path) -> None:
+    """DNS rebinding: a page on ``evil.example:PORT`` rebound to 127.0.0.1 is same-origin to
+    itself and may send JSON, but its requests carry its own name as ``Host``."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        host = f"evil.example:{client.base_url.port}"
+        rebound = {"Host": host, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"}
+        answer = await client.post(
+            "/webhooks", json={"url": "http://evil.example/collect"}, headers=rebound
+        )
+        assert answer.status_code == 403, answer.text
+        assert "Host" in answer.json()["error"]
+        assert runtime.registry.list() == []
+        for name in ("localhost", "127.0.0.1", "[::1]"):
+            loopback = {"Host": f"{name}:{client.base_url.port}"}
+            webhook = {"url": "http://127.0.0.1:9/hook", "mode": "async"}
+            answer = await client.post("/webhooks", json=webhook, headers=loopback)
+            assert answer.status_code == 201, (name, answer.text)
+
+    run(tmp_path, scenario)
+
+
+def test_a_malformed_origin_is_refused_not_a_500(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for path, body in (("/webhooks", {"url": "http://127.0.0.1:9/x"}), ("/commit", COMMIT)):
+            answer = await client.post(path, json=body, headers={"Origin": "http://["})
+            assert answer.status_code == 403, (path, answer.status_code, answer.text)
+            assert answer.json()["error"]
+
+    run(tmp_path, scenario)
+
+
+def test_a_malformed_origin_on_the_admin_drain_is_refused_not_a_500(tmp_path: Path) -> None:
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        answer = await client.get("/drain", headers={"Origin": "http://["})
+        assert answer.status_code == 403, answer.text
+
+    run(tmp_path, scenario, admin=True)
