@@ -22,7 +22,6 @@ step, the pause is the longest processing gap of any partition during the step.
 from __future__ import annotations
 
 import itertools
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,13 +190,3 @@ def _handovers(key: Key, processed: list[Processing], flushes: list[Flush]) -> l
             )
         )
     return found
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

@@ -29,8 +29,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.common import REPO, Context, SectionResult, Table, Target
-from bench.handover.analysis import percentile
+from bench.common import REPO, Context, SectionResult, Table, Target, percentile
 from bench.handover.members import COMMIT_INTERVAL_MS, GO_APP, TOOLS
 from bench.handover.run import (
     CHAOS,

@@ -25,7 +25,6 @@ from sidecar.journal import Journal
 from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
-    Assignment,
     Event,
     EventDraft,
     EventType,
@@ -34,19 +33,7 @@ from sidecar.model import (
 )
 from sidecar.retry import RetryPolicy
 from sidecar.settings import Settings
-
-
-def _initial() -> Assignment:
-    return Assignment(
-        group_id="g",
-        member_id=None,
-        group_instance_id=None,
-        generation_id=-1,
-        protocol="eager",
-        state=MemberState.STARTING,
-        partitions=(),
-        sequence=0,
-    )
+from tests.unit.test_handoff import initial
 
 
 class _Partition:
@@ -124,7 +111,7 @@ def test_a_command_sent_during_a_barrier_is_withdrawn_at_its_deadline_never_run(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        handoff = Handoff(loop, _initial())
+        handoff = Handoff(loop, initial())
         handoff.attach(_SlowApp(delay=1.5))
         settings = Settings(
             bootstrap_servers="127.0.0.1:9",
@@ -162,7 +149,7 @@ def test_an_answer_settled_while_the_expiry_is_in_flight_keeps_its_offsets() -> 
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        handoff = Handoff(loop, _initial())
+        handoff = Handoff(loop, initial())
         barriers = Barriers()
 
         class LateApp:
