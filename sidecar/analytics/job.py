@@ -3,6 +3,7 @@
     rebalance-sidecar analytics --input journal.jsonl --output out/
     rebalance-sidecar analytics --input kafka://127.0.0.1:9092/fleet --output out/ \\
         --stream --trigger-seconds 30
+    rebalance-sidecar analytics convert --input journal.jsonl --output journal.parquet
 
 In-process use (tests, notebooks): :func:`run_batch` with a session, or
 ``build_tables(spark, events)`` from :mod:`sidecar.analytics.tables`.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,6 +39,14 @@ def test_help_describes_the_command(capsys: pytest.CaptureFixture[str]) -> None:
         "--timeout-seconds",
     ):
         assert option in usage
+
+
+def test_streaming_does_not_import_the_cli() -> None:
+    # job imports streaming; streaming gets refresh() from output, not from job.
+    code = (
+        "import sys, sidecar.analytics.streaming; sys.exit('sidecar.analytics.job' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_stream_needs_a_kafka_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
