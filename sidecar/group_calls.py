@@ -130,26 +130,10 @@ def consumer_config(
     on_statistics: Callable[[str], None],
 ) -> dict[str, Any]:
     """The member's ``Consumer`` configuration: it holds membership, never auto-commits."""
-    s = settings
-    config: dict[str, Any] = {
-        **s.kafka,
-        "bootstrap.servers": s.bootstrap_servers,
-        "group.id": s.group_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "group.protocol": s.group_protocol,
-        "error_cb": on_error,
-    }
-    if s.statistics_interval_ms:
-        config["statistics.interval.ms"] = s.statistics_interval_ms
+    # The same configuration the CLI has librdkafka judge before start-up, plus callbacks.
+    config: dict[str, Any] = {**settings.consumer_config(), "error_cb": on_error}
+    if settings.statistics_interval_ms:
         config["stats_cb"] = on_statistics
-    if s.group_instance_id:
-        config["group.instance.id"] = s.group_instance_id
-    if s.assignment_strategy:
-        config["partition.assignment.strategy"] = s.assignment_strategy
-    if s.group_protocol == "consumer":
-        # Broker-side under KIP-848 (librdkafka refuses it): only the member's presumption.
-        config.pop("session.timeout.ms", None)
     return config
 
 

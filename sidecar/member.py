@@ -48,17 +48,8 @@ log = structlog.get_logger("sidecar.member")
 _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
 JOURNAL_FAILED_EXIT = 70  # EX_SOFTWARE
-_DEFAULT_SESSION_SECONDS = 45.0  # Kafka's session.timeout.ms default, both protocols
 # While Kafka looks unreachable, ask it for metadata this often to notice it is back.
 _CONTACT_PROBE_SECONDS = 5.0
-
-
-def _presumed_session_seconds(settings: Settings) -> float:
-    """How long the broker waits for us before fencing: librdkafka's ``session.timeout.ms``
-    (classic), or under KIP-848 the broker's ``group.consumer.session.timeout.ms``, which
-    ``SIDECAR_KAFKA_SESSION_TIMEOUT_MS`` should then repeat; Kafka's default otherwise."""
-    value = settings.kafka.get("session.timeout.ms")
-    return int(value) / 1000 if value else _DEFAULT_SESSION_SECONDS
 
 
 def _exit_process(reason: str) -> None:
@@ -107,7 +98,7 @@ class GroupMember:
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
         self._next_contact_probe = 0.0
-        self._session_s = _presumed_session_seconds(settings)
+        self._session_s = settings.session_timeout_seconds
         self._recreate = False
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------

@@ -250,6 +250,15 @@ class Settings(BaseSettings):
         description="`poll()` timeout; also the latency bound for commands (enforce, commit). "
         "25 ms keeps an idle sidecar under 1 % of a core (docs/benchmarks.md).",
     )
+    group_session_timeout_ms: int = Field(
+        default=45_000,
+        ge=1_000,
+        description="Under `group.protocol=consumer` (KIP-848): the broker's "
+        "`group.consumer.session.timeout.ms`, which librdkafka does not take (it refuses "
+        "`SIDECAR_KAFKA_SESSION_TIMEOUT_MS` there). librdkafka never expires a KIP-848 "
+        "session itself, so the sidecar reports `lost` after this long without an answer "
+        "from Kafka. Default: Kafka's. (Classic: librdkafka's `session.timeout.ms` is used.)",
+    )
     statistics_interval_ms: int = Field(
         default=5_000, ge=0, description="librdkafka statistics interval for metrics (0: off)."
     )
@@ -398,6 +407,14 @@ class Settings(BaseSettings):
         if self.assignment_strategy:
             config["partition.assignment.strategy"] = self.assignment_strategy
         return config
+
+    @property
+    def session_timeout_seconds(self) -> float:
+        """How long the broker waits for this member before fencing it: librdkafka's
+        ``session.timeout.ms`` (classic), the broker's own setting under KIP-848."""
+        if self.group_protocol == "consumer":
+            return self.group_session_timeout_ms / 1000
+        return int(self.kafka.get("session.timeout.ms", "45000")) / 1000
 
     def require_group(self) -> None:
         """The checks that only ``run`` needs (``demo`` fills these in itself)."""

@@ -140,7 +140,7 @@ def test_a_member_cut_off_past_its_session_reports_lost_and_rejoins(
             "protocol": "consumer",
             "strategy": None,
             # The broker's group.consumer.session.timeout.ms (server.properties).
-            "extra_env": {"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "10000"},
+            "extra_env": {"SIDECAR_GROUP_SESSION_TIMEOUT_MS": "10000"},
         }
     )
     cut_off = Sidecar(broker.proxied, group, topic, tmp_path / "cut", name="cut", **options)
