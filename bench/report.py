@@ -9,6 +9,7 @@ from bench.common import REPO, SectionResult, Sizes, Table
 
 # Kept by hand: what the numbers mean, what is ours, what to change. Included verbatim.
 FINDINGS = REPO / "bench" / "findings.md"
+HANDOVER = REPO / "docs" / "handover.md"
 
 INTRO = """\
 What the sidecar costs, measured against baselines **in the same run** on the same
@@ -44,6 +45,8 @@ def render(
         out += _table(Table(["target", "goal", "measured", ""], rows))
     if findings and FINDINGS.exists():
         out += ["", FINDINGS.read_text().strip()]
+    if findings:  # the main report; the handover run writes docs/handover.md itself
+        out += _handover()
     for result in results:
         out += ["", f"## {result.title}", "", result.method, ""]
         for table in result.tables:
@@ -55,6 +58,29 @@ def render(
         if result.notes:
             out += [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _handover() -> list[str]:
+    """The data-level comparison (``--only handover``, its own longer run): its results and
+    targets as that run wrote them to ``docs/handover.md``."""
+    if not HANDOVER.exists():
+        return []
+    text = HANDOVER.read_text()
+    try:
+        results = text[text.index("## Results") : text.index("## Reading the table")]
+    except ValueError:
+        return []
+    body = results.replace("## Results", "", 1).replace("## Targets", "### Targets", 1).strip()
+    return [
+        "",
+        "## Handover at the data level (from `python -m bench --only handover`)",
+        "",
+        "Gaps, duplicates and split-state windows per record, against an in-process Java "
+        "`ConsumerRebalanceListener` and Dapr, in one run of its own; method, reading and "
+        "limits: [handover.md](handover.md).",
+        "",
+        body,
+    ]
 
 
 def _load_tool(tool: str) -> str:
