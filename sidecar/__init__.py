@@ -2,7 +2,7 @@
 
 The architecture, one module per responsibility (the README's "How it works" has the map):
 
-* settings: ``settings``, ``settings_sources``, ``settings_table``
+* settings: ``settings``, ``settings_sources``, ``settings_table``, ``kafka_properties``
 * the member thread (the only caller of the ``Consumer``): ``member``, ``listener``,
   ``membership`` (no Kafka), ``group_calls``, ``link``, ``commands``
 * the boundary between that thread and the asyncio loop: ``handoff``

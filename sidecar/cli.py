@@ -319,7 +319,7 @@ def _culprits(settings: Settings, message: str) -> str:
     """The variables behind the properties librdkafka's message quotes."""
     import re
 
-    from sidecar.settings import kafka_property_variable, setting_of_property
+    from sidecar.kafka_properties import kafka_property_variable, setting_of_property
 
     names = []
     # librdkafka quotes property names in some messages and not in others.

@@ -35,8 +35,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-ENV_PREFIX = "SIDECAR_"
-KAFKA_ENV_PREFIX = "SIDECAR_KAFKA_"
+from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
+from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
+
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
 ENV_FILE_ENV = "SIDECAR_ENV_FILE"
 
@@ -61,16 +62,6 @@ RESERVED_KAFKA_PROPERTIES = frozenset(
     }
 )
 
-# The dedicated settings behind the librdkafka properties ``consumer_config`` sets itself.
-_PROPERTY_SETTINGS = {
-    "bootstrap.servers": "bootstrap_servers",
-    "group.id": "group_id",
-    "group.protocol": "group_protocol",
-    "group.instance.id": "group_instance_id",
-    "partition.assignment.strategy": "assignment_strategy",
-    "statistics.interval.ms": "statistics_interval_ms",
-}
-
 _HOST_PORT = re.compile(
     r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
 )
@@ -91,36 +82,6 @@ class WebhookSpec(BaseModel):
     secret: SecretStr  # required: the application must know it to verify signatures
     timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def kafka_properties_from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``SIDECAR_KAFKA_SESSION_TIMEOUT_MS=6000`` -> ``{"session.timeout.ms": "6000"}``.
-
-    ``_`` becomes ``.`` and ``__`` becomes ``_`` (for the few librdkafka names with one).
-    """
-    props: dict[str, str] = {}
-    for key, value in environ.items():
-        if not key.upper().startswith(KAFKA_ENV_PREFIX) or len(key) == len(KAFKA_ENV_PREFIX):
-            continue
-        props[kafka_property_name(key)] = value
-    return props
-
-
-def kafka_property_name(variable: str) -> str:
-    """``SIDECAR_KAFKA_PLUGIN__LIBRARY__PATHS`` -> ``plugin_library_paths``."""
-    raw = variable[len(KAFKA_ENV_PREFIX) :].lower()
-    return ".".join(part.replace("\0", "_") for part in raw.replace("__", "\0").split("_"))
-
-
-def setting_of_property(name: str) -> str | None:
-    """The variable of the dedicated setting that sets librdkafka property ``name``."""
-    setting = _PROPERTY_SETTINGS.get(name)
-    return f"{ENV_PREFIX}{setting.upper()}" if setting else None
-
-
-def kafka_property_variable(name: str) -> str:
-    """``session.timeout.ms`` -> ``SIDECAR_KAFKA_SESSION_TIMEOUT_MS`` (inverse of the above)."""
-    return KAFKA_ENV_PREFIX + name.replace("_", "__").replace(".", "_").upper()
 
 
 class Settings(BaseSettings):

@@ -28,6 +28,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from sidecar.kafka_properties import kafka_properties_from_env
 from sidecar.settings import (
     CONFIG_FILE_ENV,
     ENV_FILE_ENV,
@@ -35,7 +36,6 @@ from sidecar.settings import (
     KAFKA_ENV_PREFIX,
     InvalidSettings,
     Settings,
-    kafka_properties_from_env,
 )
 
 

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.settings import (
-    InvalidSettings,
-    Settings,
+from sidecar.kafka_properties import (
     kafka_properties_from_env,
     kafka_property_name,
     kafka_property_variable,
+)
+from sidecar.settings import (
+    InvalidSettings,
+    Settings,
 )
 from sidecar.settings_sources import load_settings, unknown_variables
 
