@@ -1,4 +1,4 @@
-"""The subscriber kit (sidecar/subscriber.py) over real HTTP: signatures, dedup, dispatch."""
+"""The subscriber kit (sidecar/subscriber/) over real HTTP: signatures, dedup, dispatch."""
 
 from __future__ import annotations
 

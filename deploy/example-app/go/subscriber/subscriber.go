@@ -1,5 +1,5 @@
 // Package subscriber is the application's side of rebalance-sidecar, in Go: the same shape as
-// the Python kit (sidecar/subscriber.py).
+// the Python kit (sidecar/subscriber/).
 //
 // A Subscriber verifies each webhook request's Standard Webhooks signature (the reference Go
 // library), deduplicates on the event id (a redelivery gets the first answer again), calls the
