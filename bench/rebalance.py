@@ -79,7 +79,13 @@ CALLBACKS = (
 )
 # The test suite's fast group settings; the statistics interval is the shipped one.
 GROUP_SETTINGS = FAST_GROUP
-SIDECAR_ENV = {**GROUP_SETTINGS, "SIDECAR_STATISTICS_INTERVAL_MS": "5000"}
+# No admin listener: dozens of sidecars start at once here, and every port picked ahead of
+# time is one an outgoing connection may take before the sidecar binds it.
+SIDECAR_ENV = {
+    **GROUP_SETTINGS,
+    "SIDECAR_STATISTICS_INTERVAL_MS": "5000",
+    "SIDECAR_ADMIN_PORT": "-1",
+}
 HEARTBEAT_SECONDS = int(GROUP_SETTINGS["SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS"]) / 1000
 
 
