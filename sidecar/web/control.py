@@ -24,13 +24,20 @@ TimeoutDep = Annotated[float, Depends(command_timeout)]
 
 
 async def submit(runtime: Runtime, command: Command[T], timeout: float) -> T:
-    """Run a command on the member thread; a thread that does not take it is busy (503)."""
+    """Run a command on the member thread. Not taken in time: withdrawn, never run
+    (``MemberBusy``, 503). Taken but unfinished: it runs on, so the caller is told its outcome
+    is unknown (504), never that it failed."""
     try:
         return await runtime.handoff.submit(command, timeout=timeout)
-    except TimeoutError:
+    except MemberBusy:
         raise MemberBusy(
             f"the group member did not take the command within {timeout:g} s "
             "(a rebalance callback holds it); it was not run"
+        ) from None
+    except TimeoutError:
+        raise DeadlinePassed(
+            f"the group member took the command but it is still running after {timeout:g} s; "
+            "its outcome is unknown (check /assignment, or the committed offsets)"
         ) from None
 
 
@@ -77,7 +84,7 @@ async def enforce_rebalance(
     return JSONResponse(reached.as_dict(), status_code=200)
 
 
-@router.post("/commit", response_model=CommitOut, responses=errors(401, 403, 409, 503))
+@router.post("/commit", response_model=CommitOut, responses=errors(401, 403, 409, 503, 504))
 async def commit(runtime: RuntimeDep, timeout: TimeoutDep, body: CommitIn) -> dict[str, Any]:
     """Commit offsets as the group member. Refused (409) for partitions not owned, and,
     with `generation_id`, when the member has moved on to another generation."""

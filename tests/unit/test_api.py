@@ -437,3 +437,30 @@ def test_a_malformed_origin_on_the_admin_drain_is_refused_not_a_500(tmp_path: Pa
         assert answer.status_code == 403, answer.text
 
     run(tmp_path, scenario, admin=True)
+
+
+def test_a_command_taken_but_not_finished_is_a_504_never_said_not_run(tmp_path: Path) -> None:
+    """The member took the commit and is still running it when the caller's deadline passes:
+    telling the caller "it was not run" would be false (it may still commit)."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        taken: list[Any] = []
+        done = threading.Event()
+
+        def hold() -> None:  # takes every command, answers none of them
+            while not done.wait(0.01):
+                taken.extend(runtime.handoff.take_commands())
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        try:
+            answer = await client.post("/commit", json=COMMIT)
+        finally:
+            done.set()
+            holder.join(5)
+        assert taken, "the member did not take the command"
+        assert answer.status_code == 504, answer.text
+        assert "not run" not in answer.json()["error"]
+        assert "still running" in answer.json()["error"]
+
+    run(tmp_path, scenario)
