@@ -34,6 +34,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="range",
         help="partition.assignment.strategy: range (eager) or cooperative-sticky",
     )
+    parser.add_argument(
+        "--protocol",
+        choices=("classic", "consumer"),
+        default="classic",
+        help="group protocol: classic (default) or consumer (KIP-848; the broker assigns "
+        "and --strategy is ignored)",
+    )
     parser.add_argument("--partitions", type=int, default=12, help="topic partitions (default 12)")
     parser.add_argument(
         "--revoke-timeout-ms", type=int, default=3000, help="SIDECAR_REVOKE_TIMEOUT_MS"
@@ -56,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults=args.faults,
         seconds=args.minutes * 60,
         strategy=args.strategy,
+        protocol=args.protocol,
         partitions=args.partitions,
         revoke_timeout_ms=args.revoke_timeout_ms,
         port=args.port,

@@ -4,6 +4,12 @@ The chaos run pauses and restarts its broker, so it never shares one: it runs
 ``deploy/local/kafka.sh`` with its own ``KAFKA_PORT`` and ``KAFKA_DATA_DIR`` (the jar
 cache is shared, read-only). Every verb records when it happened, so the ownership
 analysis can tell windows the protocol allows (a paused broker expires sessions).
+
+Each member reaches the broker over a link of its own: a listener per member whose
+advertised address is a Toxiproxy proxy in front of it (``Link``), so cutting or slowing
+one member's link (the coordinator included: it is the same broker) leaves the others'
+alone. The listeners' ports are drawn below the ephemeral range, like the broker's, so a
+restart can bind them again.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.sidecars import REPO
+from tests.support.toxiproxy import TEMPLATE, Proxy, Toxiproxy, copy_deploy, with_listeners
 
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 # Ports other sessions' brokers use: never ours (with their controller ports).
 RESERVED_PORTS = frozenset({29092, 29093, 39092, 39093, 49092, 49093})
+_HANDED_OUT: set[int] = set()
 
 
 class BrokerError(RuntimeError):
@@ -37,6 +45,62 @@ class BrokerOutage:
     ended: float
 
 
+@dataclass(frozen=True)
+class LinkOutage:
+    """A window in which one member's link to Kafka was cut or slowed."""
+
+    kind: str  # "cut" or "slow"
+    started: float  # time.time()
+    ended: float
+
+
+class Link:
+    """One member's TCP path to the broker, through its own proxy."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.outages: list[LinkOutage] = []
+        self._since: tuple[str, float] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return self.proxy.address
+
+    def cut(self) -> None:
+        with self._lock:
+            self._end()
+            self.proxy.cut()
+            self._since = ("cut", time.time())
+
+    def slow(self, latency_ms: int) -> None:
+        with self._lock:
+            self._end()
+            self.proxy.slow(latency_ms)
+            self._since = ("slow", time.time())
+
+    def heal(self) -> None:
+        """Undo whatever is wrong with the link; safe to call when nothing is."""
+        with self._lock:
+            self._end()
+
+    def _end(self) -> None:
+        if self._since is None:
+            return
+        kind, started = self._since
+        if kind == "cut":
+            self.proxy.restore()
+        else:
+            self.proxy.heal()
+        self.outages.append(LinkOutage(kind, started, time.time()))
+        self._since = None
+
+
+def free_low_port() -> int:
+    """A free port below the kernel's ephemeral range (see ``free_port_pair``)."""
+    return free_port_pair()
+
+
 def free_port_pair() -> int:
     """A port P such that P (client listener) and P+1 (controller) are both free.
 
@@ -47,9 +111,10 @@ def free_port_pair() -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(20_000, min(low, 32_768) - 2)
-        if port in RESERVED_PORTS or port + 1 in RESERVED_PORTS:
+        if {port, port + 1} & (RESERVED_PORTS | _HANDED_OUT):
             continue
         if _free(port) and _free(port + 1):
+            _HANDED_OUT.update((port, port + 1))  # not bound yet: never hand it out twice
             return port
     raise BrokerError("no two consecutive free ports on 127.0.0.1")
 
@@ -64,13 +129,23 @@ def _free(port: int) -> bool:
 
 
 class Broker:
-    def __init__(self, port: int, data_dir: Path) -> None:
+    def __init__(
+        self,
+        port: int,
+        data_dir: Path,
+        links: int = 0,
+        toxiproxy: Toxiproxy | None = None,
+        session_timeout_ms: int | None = None,
+    ) -> None:
+        """``links`` members get a proxied listener each (``self.links``), made on
+        ``toxiproxy``; ``session_timeout_ms`` sets the KIP-848 group session timeout."""
         if port in RESERVED_PORTS or port + 1 in RESERVED_PORTS:
             raise BrokerError(f"port {port} belongs to a shared broker; pick another")
         self.port = port
         self.data_dir = data_dir
         self.bootstrap = f"127.0.0.1:{port}"
         self.outages: list[BrokerOutage] = []
+        self.links: list[Link] = []
         self._paused_at: float | None = None
         self._lock = threading.Lock()
         self._env = {
@@ -79,11 +154,31 @@ class Broker:
             "KAFKA_CONTROLLER_PORT": str(port + 1),
             "KAFKA_DATA_DIR": str(data_dir),
             "KAFKA_START_TIMEOUT": "120",
+            "KAFKA_HOME": str(REPO / ".cache" / "kafka"),
         }
+        self._script = KAFKA_SH
+        if links or session_timeout_ms:
+            listeners: dict[str, tuple[int, str]] = {}
+            for index in range(links):
+                if toxiproxy is None:
+                    raise BrokerError("links need a toxiproxy")
+                listen = free_low_port()
+                proxy = toxiproxy.proxy(f"link-{port}-m{index}", f"127.0.0.1:{listen}")
+                self.links.append(Link(proxy))
+                listeners[f"LINK{index}"] = (listen, proxy.address)
+            template = with_listeners(TEMPLATE.read_text(), listeners)
+            if session_timeout_ms:
+                template = template.replace(
+                    "group.consumer.session.timeout.ms=10000",
+                    f"group.consumer.session.timeout.ms={session_timeout_ms}",
+                )
+                assert f"session.timeout.ms={session_timeout_ms}" in template, "template changed"
+            deploy = copy_deploy(data_dir.parent / f"deploy-{port}" / "deploy" / "local", template)
+            self._script = deploy / "kafka.sh"
 
     def _run(self, verb: str, timeout: float) -> str:
         done = subprocess.run(
-            [str(KAFKA_SH), verb],
+            [str(self._script), verb],
             env=self._env,
             capture_output=True,
             text=True,
@@ -135,7 +230,7 @@ class Broker:
     def running(self) -> bool:
         return (
             subprocess.run(
-                [str(KAFKA_SH), "status"], env=self._env, capture_output=True, timeout=30
+                [str(self._script), "status"], env=self._env, capture_output=True, timeout=30
             ).returncode
             == 0
         )

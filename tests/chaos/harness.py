@@ -28,11 +28,15 @@ from tests.chaos.plan import BROKER, Kind, Step, plan
 from tests.chaos.report import Report
 from tests.support.kafka import create_topic
 from tests.support.sidecars import covers
+from tests.support.toxiproxy import Toxiproxy
 
 # What a callback may add to the revoke timeout: asking the loop which subscribers are
 # missing after a timeout (handoff: 2 s), then journaling, committing handed-back offsets
 # or reading committed offsets on assignment (committed_timeout_ms: 5 s).
 PROTOCOL_ALLOWANCE_SECONDS = 7.0
+# The group session timeout, both protocols (librdkafka's session.timeout.ms for the
+# classic one; the broker's group.consumer.session.timeout.ms for KIP-848).
+SESSION_TIMEOUT_MS = 6000
 # From "everything restored" to "every partition owned by a stable member, one generation":
 # a session timeout (6 s), a rebalance that waits for slow joiners, member start-up.
 RECOVERY_BOUND_SECONDS = 120.0
@@ -47,6 +51,7 @@ class ChaosConfig:
     faults: int = 200
     seconds: float = 1200.0
     strategy: str = "range"
+    protocol: str = "classic"  # or "consumer" (KIP-848: the broker assigns, no strategy)
     partitions: int = 12
     revoke_timeout_ms: int = 3000
     port: int | None = None  # broker port (and port+1 for its controller); None: any free
@@ -56,6 +61,12 @@ class ChaosConfig:
             raise ValueError("members must be 2..8")
         if not 0 <= self.statics <= self.members:
             raise ValueError("statics must be 0..members")
+        if self.protocol not in ("classic", "consumer"):
+            raise ValueError("protocol must be classic or consumer")
+
+    @property
+    def assignor(self) -> str:
+        return self.strategy if self.protocol == "classic" else "KIP-848 (consumer protocol)"
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,7 @@ class ChaosRun:
         self.group = f"chaos-{c.seed}-{uuid.uuid4().hex[:6]}"
         self.report = Report(
             f"chaos run: seed {c.seed}, {c.members} members ({c.statics} static), "
-            f"{c.strategy}, {c.faults} faults planned over {c.seconds:.0f} s, "
+            f"{c.assignor}, {c.faults} faults planned over {c.seconds:.0f} s, "
             f"revoke timeout {c.revoke_timeout_ms} ms"
         )
         self.members: list[Member] = []
@@ -124,7 +135,14 @@ class ChaosRun:
         c = self.config
         c.workdir.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
-        broker = Broker(c.port or free_port_pair(), c.workdir / "kafka")
+        toxiproxy = Toxiproxy(c.workdir / "toxiproxy.log").start()
+        broker = Broker(
+            c.port or free_port_pair(),
+            c.workdir / "kafka",
+            links=c.members,
+            toxiproxy=toxiproxy,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+        )
         self.broker = broker
         monitor = threading.Thread(target=self._monitor, name="chaos-monitor", daemon=True)
         run_ended = time.time()
@@ -138,9 +156,11 @@ class ChaosRun:
                 c.strategy,
                 c.revoke_timeout_ms,
                 c.workdir,
+                c.protocol,
+                SESSION_TIMEOUT_MS,
             )
             self.members = [
-                Member(i, self.cluster, i < c.statics, self.report.api_errors)
+                Member(i, self.cluster, i < c.statics, self.report.api_errors, broker.links[i])
                 for i in range(c.members)
             ]
             for member in self.members:
@@ -170,6 +190,7 @@ class ChaosRun:
                 broker.stop()
             except BrokerError as exc:
                 self.report.notes.append(f"broker stop: {exc}")
+            toxiproxy.stop()
         self.report.seconds = time.monotonic() - began
         self._judge(run_ended)
         return self.report
@@ -234,8 +255,17 @@ class ChaosRun:
             return member.terminate()
         if kind is Kind.START:
             return member.start()
-        if kind is Kind.ENFORCE:
+        if kind in (Kind.ENFORCE, Kind.SLOW_ASSIGNMENT):
             return member.enforce(f"chaos step at t+{step.at:.1f}s")
+        if kind is Kind.LINK_CUT:
+            member.link.cut()
+            return "cut"
+        if kind is Kind.LINK_SLOW:
+            member.link.slow(int(step.value))
+            return f"answers {step.value:.0f} ms late"
+        if kind is Kind.LINK_HEAL:
+            member.link.heal()
+            return "healed"
         if kind is Kind.SUBSCRIBER_DOWN:
             return member.subscriber_down(subscriber)
         if kind is Kind.SUBSCRIBER_UP:
@@ -264,6 +294,7 @@ class ChaosRun:
         if not self.broker.running():
             self.broker.start()
         for member in self.members:
+            member.link.heal()
             member.delay.update(app=0.0, audit=0.0)
             member.subscriber_up("app")
             member.subscriber_up("audit")
@@ -338,7 +369,13 @@ class ChaosRun:
             return
         records = [m.record() for m in self.members]
         invariants.check_delivery(report, records)
-        invariants.check_ownership(report, records, self.broker.outages, run_ended)
+        invariants.check_ownership(
+            report,
+            records,
+            self.broker.outages,
+            run_ended,
+            group_generations=self.config.protocol == "classic",
+        )
         scrapes = [text for m in self.members for text in m.scrapes.values()]
         invariants.check_stalls(
             report,
@@ -361,6 +398,16 @@ class ChaosRun:
             report.notes.append(
                 f"slow step: {applied.step.kind.value} {applied.step.target} took "
                 f"{applied.seconds:.1f} s ({applied.outcome})"
+            )
+        links = [o for m in self.members for o in m.link.outages]
+        if links:
+            report.notes.append(
+                "link faults: "
+                + ", ".join(
+                    f"{kind} x{sum(1 for o in links if o.kind == kind)}, longest "
+                    f"{max(o.ended - o.started for o in links if o.kind == kind):.1f} s"
+                    for kind in sorted({o.kind for o in links})
+                )
             )
         outages = self.broker.outages
         if outages:

@@ -58,6 +58,9 @@ class MemberRecord:
     log_lines: list[dict[str, Any]]
     tracebacks: list[str] = field(default_factory=list)  # raw (non-JSON) tracebacks in its log
     health: list[HealthProblem] = field(default_factory=list)
+    # When its link to Kafka was cut or slowed. Not an explanation of a window by itself: a
+    # member cut off past its session must say `lost` (a window ended by it is explained).
+    link_faults: list[tuple[float, float]] = field(default_factory=list)
 
 
 # -- nothing lost ---------------------------------------------------------------------------
@@ -174,8 +177,15 @@ def ownership_intervals(member: MemberRecord, run_ended: float) -> list[_Interva
 
 
 def check_ownership(
-    report: Report, members: list[MemberRecord], outages: list[BrokerOutage], run_ended: float
+    report: Report,
+    members: list[MemberRecord],
+    outages: list[BrokerOutage],
+    run_ended: float,
+    group_generations: bool = True,
 ) -> None:
+    """``group_generations``: the events' ``generation_id`` is the group's generation
+    (classic protocol), so the older one is the stale side. Under KIP-848 it is each
+    member's own epoch, which says nothing across members: both readings are tried."""
     by_name = {m.name: m for m in members}
     timeouts = {
         m.name: {
@@ -194,7 +204,9 @@ def check_ownership(
             for second in intervals[index + 1 :]:
                 if second.started >= first.ended or second.member == first.member:
                     continue
-                report.windows.append(_window(first, second, by_name, timeouts, outages))
+                report.windows.append(
+                    _window(first, second, by_name, timeouts, outages, group_generations)
+                )
 
 
 def _window(
@@ -203,6 +215,7 @@ def _window(
     by_name: dict[str, MemberRecord],
     timeouts: dict[str, set[int]],
     outages: list[BrokerOutage],
+    group_generations: bool = True,
 ) -> Window:
     """Classify an overlap. The stale side is the one whose belief comes from the older
     generation (an application may learn of an old assignment late, after a barrier
@@ -212,7 +225,7 @@ def _window(
     generations = {
         i.member: _confirmed(by_name[i.member], i.partition, opened)[1] for i in (first, second)
     }
-    if -1 < generations[first.member] != generations[second.member] > -1:
+    if group_generations and -1 < generations[first.member] != generations[second.member] > -1:
         pairs = (
             [(first, second)]
             if generations[first.member] < generations[second.member]

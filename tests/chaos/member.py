@@ -25,6 +25,7 @@ import httpx
 from sidecar.journal import Journal
 from sidecar.subscriptions import new_secret
 from tests.chaos import invariants
+from tests.chaos.broker import Link
 from tests.chaos.report import Exit, HealthProblem
 from tests.support.receiver import Receiver
 from tests.support.sidecars import Sidecar, free_port
@@ -52,13 +53,18 @@ class Cluster:
     strategy: str
     revoke_timeout_ms: int
     workdir: Path
+    protocol: str = "classic"
+    session_timeout_ms: int = 6000
 
 
 class Member:
     """One application pod: a sidecar (over its incarnations) and its two subscribers."""
 
-    def __init__(self, index: int, cluster: Cluster, static: bool, api_errors: list[str]) -> None:
+    def __init__(
+        self, index: int, cluster: Cluster, static: bool, api_errors: list[str], link: Link
+    ) -> None:
         self.index = index
+        self.link = link  # this pod's own path to Kafka (cut or slowed by the plan)
         self.name = f"m{index}"
         self.cluster = cluster
         self.static = static
@@ -168,16 +174,22 @@ class Member:
             if self.sidecar is not None:
                 return "skipped"
         cluster = self.cluster
+        env = dict(FAST_RETRIES)
+        if cluster.protocol == "consumer":  # the broker's session, for our own clock
+            env["SIDECAR_GROUP_SESSION_TIMEOUT_MS"] = str(cluster.session_timeout_ms)
+        else:
+            env["SIDECAR_KAFKA_SESSION_TIMEOUT_MS"] = str(cluster.session_timeout_ms)
         sidecar = Sidecar(
-            cluster.bootstrap,
+            self.link.address,  # every connection, the coordinator's too, over its own link
             cluster.group,
             cluster.topic,
             self.data_dir,
-            strategy=cluster.strategy,
+            protocol=cluster.protocol,
+            strategy=cluster.strategy if cluster.protocol == "classic" else None,
             instance_id=self.instance_id,
             revoke_timeout_ms=cluster.revoke_timeout_ms,
             webhooks=self.webhooks(),
-            extra_env=FAST_RETRIES,
+            extra_env=env,
             name=self.name,
         )
         try:
@@ -333,6 +345,7 @@ class Member:
             received=received,
             blocking="app",
             kills=list(self.kills),
+            link_faults=[(o.started, o.ended) for o in self.link.outages],
             exits=list(self.exits),
             log_lines=lines,
             tracebacks=tracebacks,

@@ -25,6 +25,10 @@ class Kind(enum.StrEnum):
     SUBSCRIBER_SLOW = "subscriber slow"
     SUBSCRIBER_NORMAL = "subscriber normal"
     ENFORCE = "enforce-rebalance"
+    LINK_CUT = "link cut"
+    LINK_SLOW = "link slow"
+    SLOW_ASSIGNMENT = "slow assignment"
+    LINK_HEAL = "link healed"
 
     @property
     def fault(self) -> bool:
@@ -39,6 +43,8 @@ FAULTS = (
     Kind.SUBSCRIBER_DOWN,
     Kind.SUBSCRIBER_SLOW,
     Kind.ENFORCE,
+    Kind.LINK_CUT,
+    Kind.LINK_SLOW,
 )
 WEIGHTS = {
     Kind.KILL: 3.0,
@@ -48,6 +54,8 @@ WEIGHTS = {
     Kind.SUBSCRIBER_DOWN: 2.0,
     Kind.SUBSCRIBER_SLOW: 2.0,
     Kind.ENFORCE: 3.0,
+    Kind.LINK_CUT: 2.0,
+    Kind.LINK_SLOW: 1.5,
 }
 SUBSCRIBERS = ("app", "audit")  # per member: the blocking application, an async observer
 BROKER = "broker"
@@ -60,10 +68,11 @@ class Step:
     at: float  # seconds after the chaos phase began
     kind: Kind = field(compare=False)
     target: str = field(compare=False)  # "m0", "m0/app", "broker"
-    value: float = field(default=0.0, compare=False)  # pause length, subscriber delay
+    value: float = field(default=0.0, compare=False)  # pause s, subscriber delay s, latency ms
 
     def describe(self) -> str:
-        detail = f" ({self.value:.1f} s)" if self.value else ""
+        unit = "ms" if self.kind is Kind.LINK_SLOW else "s"
+        detail = f" ({self.value:.1f} {unit})" if self.value else ""
         return f"t+{self.at:6.1f}s {self.kind.value:<18} {self.target}{detail}"
 
 
@@ -73,9 +82,14 @@ class _World:
     member_back: dict[int, float] = field(default_factory=dict)  # down until
     broker_busy_until: float = 0.0
     subscriber_back: dict[str, float] = field(default_factory=dict)  # down or slow until
+    link_back: dict[int, float] = field(default_factory=dict)  # cut or slow until
 
     def up(self, t: float) -> list[int]:
         return [m for m in range(self.members) if self.member_back.get(m, 0.0) <= t]
+
+    def free_links(self, t: float) -> list[int]:
+        """Members that are up and whose link to Kafka is whole."""
+        return [m for m in self.up(t) if self.link_back.get(m, 0.0) <= t]
 
     def free_subscribers(self, t: float) -> list[str]:
         return [
@@ -116,6 +130,8 @@ def _feasible(world: _World, t: float, kind: Kind) -> bool:
         return bool(world.free_subscribers(t))
     if kind is Kind.ENFORCE:
         return bool(world.up(t))
+    if kind in (Kind.LINK_CUT, Kind.LINK_SLOW):
+        return bool(world.free_links(t))
     return False
 
 
@@ -158,5 +174,24 @@ def _fault(rng: random.Random, world: _World, t: float, kind: Kind) -> list[Step
         back = round(t + rng.uniform(3.0, 15.0), 2)
         world.subscriber_back[target] = back + 0.5
         return [Step(t, kind, target, delay), Step(back, Kind.SUBSCRIBER_NORMAL, target)]
+    if kind is Kind.LINK_CUT:
+        # Cut off from the coordinator (the broker stays up for everybody else): shorter
+        # than the 6 s session timeout, the member rides it out; longer, it is fenced.
+        member = rng.choice(world.free_links(t))
+        back = round(t + rng.choice((rng.uniform(1.0, 5.0), rng.uniform(5.0, 20.0))), 2)
+        world.link_back[member] = back + 1.0
+        return [Step(t, kind, f"m{member}"), Step(back, Kind.LINK_HEAL, f"m{member}")]
+    if kind is Kind.LINK_SLOW:
+        # A slow coordinator during an assignment: every answer from Kafka to this member
+        # comes late, and a rebalance is asked for while it does.
+        member = rng.choice(world.free_links(t))
+        latency_ms = round(rng.uniform(300.0, 3000.0))
+        back = round(t + rng.uniform(4.0, 15.0), 2)
+        world.link_back[member] = back + 1.0
+        return [
+            Step(t, kind, f"m{member}", latency_ms),
+            Step(round(t + 1.0, 2), Kind.SLOW_ASSIGNMENT, f"m{member}"),
+            Step(back, Kind.LINK_HEAL, f"m{member}"),
+        ]
     member = rng.choice(world.up(t))
     return [Step(t, Kind.ENFORCE, f"m{member}")]

@@ -67,7 +67,9 @@ def test_committed_offsets_unreadable_in_time_are_unknown_not_none(
     topic = create_topic(broker.direct, PARTITIONS)
     group = unique("group")
     commit_directly(broker.direct, group, topic, {0: 11, 1: 12})  # partition 2: nothing
-    broker.proxy.slow(1000)  # every answer from Kafka to this member comes 1 s late
+    # Every answer from Kafka to this member comes 0.6 s late: twice the bound of the
+    # committed read. (1 s made the join itself take up to 90 s on a loaded machine.)
+    broker.proxy.slow(600)
     sidecar = Sidecar(
         broker.proxied,
         group,
@@ -76,7 +78,7 @@ def test_committed_offsets_unreadable_in_time_are_unknown_not_none(
         extra_env={"SIDECAR_COMMITTED_TIMEOUT_MS": "300"},
     )
     sidecars.append(sidecar.start())
-    wait_until(lambda: assigned_events(sidecar) != [], 90, "an assignment")
+    wait_until(lambda: assigned_events(sidecar) != [], 150, "an assignment")
     partitions = assigned_events(sidecar)[0]["data"]["partitions"]
     assert len(partitions) == PARTITIONS
     for entry in partitions:
@@ -169,3 +171,47 @@ def test_a_member_cut_off_past_its_session_reports_lost_and_rejoins(
     wait_until(both_own_some, 90, "the cut member rejoined")
     assert cut_off.assignment()["state"] == "stable"
     assert cut_off.partitions().isdisjoint(peer.partitions())
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_commit_the_coordinator_does_not_answer_is_bounded(
+    protocol: str, broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """librdkafka's synchronous commit has no timeout of its own (a minute and more for a
+    coordinator that does not answer) while the member — maybe inside a revoke callback —
+    holds the group. ``SIDECAR_COMMIT_TIMEOUT_MS`` bounds it: the caller is told the
+    outcome is unknown, the member goes on, and commits work again once Kafka answers."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    options: dict[str, Any] = (
+        {"protocol": "classic"}
+        if protocol == "classic"
+        else {"protocol": "consumer", "strategy": None}
+    )
+    sidecar = Sidecar(
+        broker.proxied,
+        unique("group"),
+        topic,
+        tmp_path / "commit",
+        extra_env={"SIDECAR_COMMIT_TIMEOUT_MS": "1000"},
+        **options,
+    )
+    sidecars.append(sidecar.start())
+    sidecar.wait_stable()
+    offsets = {"offsets": [{"topic": topic, "partition": 0, "offset": 5}]}
+    assert sidecar.client.post("/commit", json=offsets).status_code == 200
+
+    broker.proxy.slow(40_000)  # Kafka's answers now come 40 s late: none within the bound
+    answer = sidecar.client.post("/commit", json=offsets, timeout=60)
+    # Before the bound: the member thread sat in commit() until the API gave up on it
+    # after 30 s (504, "still running"), and every rebalance waited behind it.
+    assert answer.status_code == 503, answer.text
+    assert "no answer from Kafka within 1 s" in answer.json()["error"]
+    metrics = sidecar.client.get("/metrics").text
+    assert 'rebalance_sidecar_commits_total{outcome="failed",source="api"} 1.0' in metrics
+
+    broker.proxy.heal()
+    wait_until(
+        lambda: sidecar.client.post("/commit", json=offsets).status_code == 200,
+        90,
+        "a commit once Kafka answers again",
+    )

@@ -30,6 +30,7 @@ from tests.support.sidecars import REPO, free_port
 
 SERVER = REPO / ".tools" / "bin" / "server"
 INSTALL = REPO / "scripts" / "toxiproxy.sh"
+TEMPLATE = REPO / "deploy" / "local" / "server.properties.template"
 
 
 class Proxy:
@@ -112,34 +113,51 @@ class Toxiproxy:
         self.api.close()
 
 
+def with_listeners(template: str, listeners: dict[str, tuple[int, str]]) -> str:
+    """``deploy/local``'s broker config with extra plaintext listeners: name -> (the port
+    the broker binds, the address it advertises, i.e. a proxy's in front of that port)."""
+    binds = "".join(f"{name}://127.0.0.1:{port}," for name, (port, _) in listeners.items())
+    adverts = "".join(f",{name}://{address}" for name, (_, address) in listeners.items())
+    protocols = "".join(f"{name}:PLAINTEXT," for name in listeners)
+    patched = (
+        template.replace(
+            "listeners=PLAINTEXT://127.0.0.1:@PORT@,",
+            f"listeners=PLAINTEXT://127.0.0.1:@PORT@,{binds}",
+        )
+        .replace(
+            "advertised.listeners=PLAINTEXT://127.0.0.1:@PORT@",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:@PORT@{adverts}",
+        )
+        .replace(
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
+            f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,{protocols}",
+        )
+    )
+    for name in listeners:
+        assert patched.count(f"{name}:") >= 2 and f"{name}://" in patched, "template changed"
+    return patched
+
+
+def copy_deploy(target: Path, template: str) -> Path:
+    """A copy of ``deploy/local`` (script, pom, logging) with ``template`` as its broker
+    config; the jars stay shared (``KAFKA_HOME``)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("kafka.sh", "pom.xml", "log4j2.properties"):
+        shutil.copy2(TEMPLATE.parent / name, target / name)
+    (target / "server.properties.template").write_text(template)
+    return target
+
+
 class ProxiedBroker:
     """A private single-node broker; ``proxied`` is its address through Toxiproxy."""
 
     def __init__(self, workdir: Path, toxiproxy: Toxiproxy) -> None:
-        self._deploy = workdir / "deploy" / "local"
-        self._deploy.mkdir(parents=True)
-        source = REPO / "deploy" / "local"
-        for name in ("kafka.sh", "pom.xml", "log4j2.properties"):
-            shutil.copy2(source / name, self._deploy / name)
         port, proxied_port = free_port(), free_port()
         self.proxy = toxiproxy.proxy(f"kafka-{port}", f"127.0.0.1:{proxied_port}")
-        template = (source / "server.properties.template").read_text()
-        template = (
-            template.replace(
-                "listeners=PLAINTEXT://127.0.0.1:@PORT@,",
-                f"listeners=PLAINTEXT://127.0.0.1:@PORT@,PROXIED://127.0.0.1:{proxied_port},",
-            )
-            .replace(
-                "advertised.listeners=PLAINTEXT://127.0.0.1:@PORT@",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:@PORT@,PROXIED://{self.proxy.address}",
-            )
-            .replace(
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,PROXIED:PLAINTEXT,",
-            )
+        template = with_listeners(
+            TEMPLATE.read_text(), {"PROXIED": (proxied_port, self.proxy.address)}
         )
-        assert "PROXIED" in template and template.count("PROXIED") == 3, "template changed"
-        (self._deploy / "server.properties.template").write_text(template)
+        self._deploy = copy_deploy(workdir / "deploy" / "local", template)
         self.env = {
             **os.environ,
             "KAFKA_PORT": str(port),
