@@ -1,8 +1,7 @@
 """The ``Consumer`` calls the group member makes, as plain functions of the member thread.
 
-Nothing here may run on another thread: the member thread passes its own ``Consumer`` in
-(the one exception, a commit the member thread waits for with a bound, is
-``BoundedCommits``). What they answer is in the domain's types.
+Nothing here keeps state and nothing here may run on another thread: the member thread
+passes its own ``Consumer`` in. What they answer is in the domain's types.
 
 The generation id has no accessor in confluent-kafka: we read it from the serialized
 consumer group metadata (``consumer_group_metadata()``, librdkafka's
@@ -15,7 +14,6 @@ the magic and answers -1 for anything it does not recognise.
 from __future__ import annotations
 
 import struct
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -110,73 +108,20 @@ def committed_offsets(
     return CommittedOffsets(tuple(sorted(found.values())), attempts, error if missing else None)
 
 
-class BoundedCommits:
-    """Synchronous commits that the member thread waits for at most a bound.
-
-    librdkafka's synchronous commit has no timeout: with the coordinator slow or cut off it
-    waits for a coordinator (up to ``session.timeout.ms``; under KIP-848 librdkafka's
-    default 45 s, which cannot be set) and then up to three times ``socket.timeout.ms`` for
-    an answer, while a member inside a rebalance callback holds the whole group. So the
-    blocking ``commit()`` runs on a short-lived thread and the member thread waits for it
-    with a bound. This is the one call on the ``Consumer`` made off the member thread, and
-    only while the member thread waits for it (or has given up on it): librdkafka's commit
-    is thread-safe and waits on a reply queue of its own, not on ``poll()``. A commit that
-    lands after the bound is harmless: for partitions that moved meanwhile the broker
-    refuses it (classic: a stale generation; KIP-848: a stale member epoch).
-    """
-
-    def __init__(self) -> None:
-        self._running: set[threading.Thread] = set()
-        self._lock = threading.Lock()
-
-    def commit(
-        self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], timeout: float
-    ) -> None:
-        """Commit; ``CommitFailed`` says which partitions failed and why, or that Kafka
-        did not answer within ``timeout`` seconds (the outcome is then unknown)."""
-        request = [
-            KafkaTopicPartition(po.topic, po.partition, po.offset)
-            for po in offsets
-            if po.offset is not None
-        ]
-        answer: list[list[KafkaTopicPartition] | KafkaException | None] = []
-
-        def call() -> None:
-            try:
-                answer.append(consumer.commit(offsets=request, asynchronous=False))
-            except KafkaException as exc:
-                answer.append(exc)
-            finally:
-                with self._lock:
-                    self._running.discard(threading.current_thread())
-
-        thread = threading.Thread(target=call, name="bounded-commit", daemon=True)
-        with self._lock:
-            self._running.add(thread)
-        thread.start()
-        thread.join(timeout)
-        if not answer:
-            raise CommitFailed(
-                f"commit failed: no answer from Kafka within {timeout:g} s, outcome unknown "
-                "(a commit landing later is refused by the broker once the partitions moved)"
-            )
-        result = answer[0]
-        if isinstance(result, KafkaException):
-            raise CommitFailed(f"commit failed: {result.args[0]}") from None
-        failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in result or () if r.error]
-        if failed:
-            raise CommitFailed("commit failed for " + "; ".join(failed))
-
-    def settle(self, timeout: float) -> int:
-        """Wait up to ``timeout`` s for commits still running (before the consumer is
-        closed); how many are still running."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            running = list(self._running)
-        for thread in running:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            return len(self._running)
+def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
+    """Commit synchronously; ``CommitFailed`` says which partitions failed and why."""
+    request = [
+        KafkaTopicPartition(po.topic, po.partition, po.offset)
+        for po in offsets
+        if po.offset is not None
+    ]
+    try:
+        results = consumer.commit(offsets=request, asynchronous=False)
+    except KafkaException as exc:
+        raise CommitFailed(f"commit failed: {exc.args[0]}") from None
+    failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
+    if failed:
+        raise CommitFailed("commit failed for " + "; ".join(failed))
 
 
 def consumer_config(

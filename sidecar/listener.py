@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
-from sidecar.group_calls import BoundedCommits, committed_offsets, read_identity
+from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
 from sidecar.link import KafkaLink
@@ -72,7 +72,6 @@ class RebalanceListener:
         self._fail_stop = fail_stop
         self.journal: Journal | None = None  # opened by the member thread
         self.link = KafkaLink(metrics, sources, lambda: self.log)
-        self.commits = BoundedCommits()
         self.log: Any = log.bind(group_id=settings.group_id)
         self.failed: str | None = None  # set once the member fails stop
         # The partitions were reported lost without a callback: librdkafka's own revoke
@@ -201,7 +200,7 @@ class RebalanceListener:
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
         try:
-            self.commits.commit(consumer, offsets, self._settings.commit_timeout_ms / 1000)
+            commit_offsets(consumer, offsets)
         except CommitFailed:
             self._metrics.commits.labels(source, "failed").inc()
             raise

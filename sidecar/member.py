@@ -199,8 +199,6 @@ class GroupMember:
             return
         self._log.info("leaving the group", reason=reason)
         self._core.leaving(reason)
-        if still := self._listener.commits.settle(self._settings.commit_timeout_ms / 1000):
-            self._log.warning("closing with commits still waiting for Kafka", commits=still)
         try:
             # close() runs the revoke callback (barrier included) and leaves the group;
             # static members send no LeaveGroup, so a quick restart moves nothing.

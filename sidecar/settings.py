@@ -226,14 +226,6 @@ class Settings(BaseSettings):
     committed_timeout_ms: int = Field(
         default=5_000, ge=100, description="Bound of reading committed offsets on assignment."
     )
-    commit_timeout_ms: int = Field(
-        default=5_000,
-        ge=100,
-        description="Bound of a synchronous commit (`POST /commit`, offsets handed back on "
-        "`revoked`): without Kafka's answer by then the commit is reported failed, outcome "
-        "unknown. librdkafka alone can wait a minute or more for a coordinator that does not "
-        "answer, while the member holds the group.",
-    )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."
     )

@@ -24,7 +24,7 @@ import httpx
 from tests.chaos import invariants
 from tests.chaos.broker import Broker, BrokerError, free_port_pair
 from tests.chaos.member import Cluster, Member
-from tests.chaos.plan import BROKER, Kind, Step, plan
+from tests.chaos.plan import BROKER, LINK_KINDS, Kind, Step, plan
 from tests.chaos.report import Report
 from tests.support.kafka import create_topic
 from tests.support.sidecars import covers
@@ -196,9 +196,13 @@ class ChaosRun:
         return self.report
 
     def _play(self, steps: list[Step]) -> None:
+        # A member's link has a worker of its own: healing it must not wait behind a
+        # command the member is slow to answer (because of that very link).
         workers: dict[str, Worker] = {
             name: Worker(name, self.report.api_errors.append)
-            for name in [m.name for m in self.members] + [BROKER]
+            for name in [m.name for m in self.members]
+            + [f"{m.name}-link" for m in self.members]
+            + [BROKER]
         }
         for worker in workers.values():
             worker.start()
@@ -210,6 +214,8 @@ class ChaosRun:
                 if delay > 0:
                     time.sleep(delay)
                 target = step.target.split("/")[0]
+                if step.kind in LINK_KINDS:
+                    target = f"{target}-link"
                 if target in workers:
                     workers[target].submit(lambda step=step: self._apply(step))  # type: ignore[misc]
                 else:

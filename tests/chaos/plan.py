@@ -46,6 +46,7 @@ FAULTS = (
     Kind.LINK_CUT,
     Kind.LINK_SLOW,
 )
+LINK_KINDS = (Kind.LINK_CUT, Kind.LINK_SLOW, Kind.LINK_HEAL)
 WEIGHTS = {
     Kind.KILL: 3.0,
     Kind.TERM: 3.0,
