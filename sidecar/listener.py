@@ -138,13 +138,16 @@ class RebalanceListener:
             return  # failing, or the partitions were reported lost already
         try:
             self.read_identity(consumer)
-            if kind is EventType.LOST:
-                self._metrics.failed_rebalances.inc()
             draft = self._core.taken(
                 (TopicPartition(p.topic, p.partition) for p in partitions),
                 kind,
                 time.monotonic(),
             )
+            if draft.type is not kind:  # the membership was replaced: a loss
+                kind, label = draft.type, "lost"
+                self.log.warning("revoked under a replaced membership: reported lost")
+            if kind is EventType.LOST:
+                self._metrics.failed_rebalances.inc()
             event = self.record(draft)
             outcome = self._hold(event)
             if outcome.offsets and kind is EventType.REVOKED:

@@ -89,6 +89,8 @@ class Membership:
         self._enforced_at = 0.0
         self._leave_reason: str | None = None
         self.assigned_at = 0.0  # monotonic time of the last assignment
+        # The member id the owned partitions were granted to (classic protocol).
+        self._owner_id: str | None = None
         self._rebalancing_seen_in_stats = False
 
     # -- sessions ----------------------------------------------------------------------
@@ -98,6 +100,7 @@ class Membership:
         self.state = MemberState.JOINING
         self._leave_reason = None
         self.revoking = frozenset()
+        self._owner_id = None
 
     def leaving(self, reason: str) -> None:
         """This member leaves (drain, stop, fatal error): every event until then says why."""
@@ -149,6 +152,8 @@ class Membership:
             self.owned.clear()
         for po in offsets:
             self.owned[po.tp] = None
+        if offsets or not self.owned:
+            self._owner_id = self.member_id
         self.state = MemberState.STABLE
         self.assigned_at = now
         self._rebalancing_seen_in_stats = False
@@ -160,7 +165,21 @@ class Membership:
     def taken(
         self, partitions: Iterable[TopicPartition], kind: EventType, now: float
     ) -> EventDraft:
-        """``on_revoke`` / ``on_lost``: the partitions leave the owned set now."""
+        """``on_revoke`` / ``on_lost``: the partitions leave the owned set now.
+
+        A revocation under another member id than the one the partitions were granted to
+        is a loss: that membership was replaced (a static member's rejoin over a slow link
+        that the broker took as a new member, seen in the chaos run), and the group may
+        have handed the partitions to someone else before this callback. The draft's
+        ``type`` says which it is."""
+        if (
+            kind is EventType.REVOKED
+            and not self.identity.kip848
+            and self._owner_id is not None
+            and self.member_id is not None
+            and self.member_id != self._owner_id
+        ):
+            kind = EventType.LOST
         if self._rebalance_started is None:
             self._rebalance_started = now
         taken = tuple(PartitionOffset(tp.topic, tp.partition, None) for tp in partitions)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -264,14 +265,34 @@ def _cause(
         return BARRIER_TIMEOUT
     if stale.ended_by == "lost":
         return LOST_EVENT
-    # The fault must come after the last `assigned` that (re)confirmed the partition to the
-    # stale application: a restart that assigned it again makes the belief current again.
-    confirmed = _confirmed(owner, stale.partition, before=opened)[0]
+    # The fault must come after the member issued the last `assigned` that (re)confirmed
+    # the partition to the stale application: a restart that assigned it again makes the
+    # belief current again. Issued, not received: an application whose subscriber was down
+    # learns of an assignment late, maybe after the member that issued it was killed.
+    confirmed = _issued(owner, stale.partition, before=opened)
     if any(confirmed <= k <= opened for k in owner.kills):
         return KILLED
     if any(confirmed <= o.ended and o.started <= opened for o in outages):
         return BROKER_FAULT
     return UNEXPLAINED
+
+
+def _event_time(event: dict[str, Any], default: float) -> float:
+    stamp = event.get("time")
+    return datetime.fromisoformat(str(stamp)).timestamp() if stamp else default
+
+
+def _issued(member: MemberRecord, partition: Partition, before: float) -> float:
+    """When the member issued (the event's ``time``) the last `assigned` its application
+    received before ``before`` that gave it ``partition``; 0.0 when none."""
+    found = [
+        min(r.received_at, _event_time(r.event, r.received_at))
+        for r in _first_receipts(member.received.get(member.blocking, []))
+        if r.received_at <= before
+        and r.event["type"] == ASSIGNED
+        and partition in {(p["topic"], int(p["partition"])) for p in r.event["data"]["assignment"]}
+    ]
+    return max(found, default=0.0)
 
 
 def _confirmed(member: MemberRecord, partition: Partition, before: float) -> tuple[float, int]:

@@ -221,3 +221,18 @@ def test_an_old_assignment_learned_late_is_blamed_on_its_own_barrier() -> None:
     [window] = ownership([b, member("a", a_events, deliveries=timed_out)]).windows
     assert (window.stale, window.new, window.cause) == ("a", "b", verdict.BARRIER_TIMEOUT)
     assert window.seconds == pytest.approx(0.2)
+
+
+def test_an_assignment_issued_before_a_kill_and_received_after_it_is_the_kills() -> None:
+    """Seed 21, eager: a's subscriber was down; the member issued `assigned` (time 1.0), was
+    killed at 2.0 and restarted; the old `assigned` reached the application only at 4.0,
+    and the restarted member's new one (without the partition) at 4.5, after b got it."""
+    old = event(1, ASSIGNED, [0], [0], generation=134)
+    body = json.loads(old.body)
+    body["time"] = "1970-01-01T00:00:01Z"  # issued at 1.0
+    old = Event(1, old.id, EventType.ASSIGNED, json.dumps(body).encode())
+    a = member("a", [(old, 4.0, 4.0), (event(2, ASSIGNED, [], [], generation=135), 4.5, 4.5)])
+    a.kills.append(2.0)
+    b = member("b", [(event(1, ASSIGNED, [0], [0], generation=135), 4.2, 4.2)])
+    [window] = ownership([a, b]).windows
+    assert (window.stale, window.cause) == ("a", verdict.KILLED)

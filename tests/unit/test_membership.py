@@ -244,3 +244,27 @@ def test_a_consumer_that_died_holding_partitions_loses_them_all() -> None:
     assert draft.partitions == (po(0), po(1))
     assert draft.assignment == ()
     assert core.partitions == ()
+
+
+def test_a_revoke_under_a_replaced_membership_is_a_loss() -> None:
+    """A static member's rejoin over a slow link was taken by the broker as a new member
+    (new member id): the group gave the partitions away before librdkafka revoked them
+    (chaos run, cooperative, seed 22). The application must hear `lost`, not `revoked`."""
+    core = member("cooperative")
+    core.identify("m0-old", 142)
+    core.assigned((po(8), po(9)), now=1.0)
+    core.identify("m0-new", 145)
+    draft = core.taken([tp(8), tp(9)], EventType.REVOKED, now=2.0)
+    assert draft.type is EventType.LOST
+    assert core.state is MemberState.LOST and core.revoking == frozenset()
+
+
+def test_a_revoke_under_the_granting_membership_stays_a_revoke() -> None:
+    core = member("eager")
+    core.identify("m0", 3)
+    core.assigned((po(0),), now=1.0)
+    core.identify("m0", 4)  # a new generation, the same membership
+    assert core.taken([tp(0)], EventType.REVOKED, now=2.0).type is EventType.REVOKED
+    core.assigned((po(0),), now=3.0)
+    core.identify(None, -1)  # identity unreadable: no evidence of a replacement
+    assert core.taken([tp(0)], EventType.REVOKED, now=4.0).type is EventType.REVOKED
