@@ -18,6 +18,7 @@ import structlog
 from confluent_kafka import KafkaError, Message, Producer
 
 from sidecar.journal import Journal
+from sidecar.logs import kafka_logger
 from sidecar.metrics import Metrics
 from sidecar.settings import Settings
 
@@ -49,6 +50,7 @@ class FleetJournal:
                 "enable.idempotence": True,
                 "linger.ms": 20,
                 "message.timeout.ms": 30_000,
+                "logger": kafka_logger("fleet"),
             }
         )
         self._wake = asyncio.Event()

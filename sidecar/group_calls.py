@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
+from sidecar.logs import kafka_logger
 from sidecar.model import OffsetStatus, PartitionOffset
 from sidecar.settings import Settings
 
@@ -131,7 +132,11 @@ def consumer_config(
 ) -> dict[str, Any]:
     """The member's ``Consumer`` configuration: it holds membership, never auto-commits."""
     # The same configuration the CLI has librdkafka judge before start-up, plus callbacks.
-    config: dict[str, Any] = {**settings.consumer_config(), "error_cb": on_error}
+    config: dict[str, Any] = {
+        **settings.consumer_config(),
+        "error_cb": on_error,
+        "logger": kafka_logger("member"),
+    }
     if settings.statistics_interval_ms:
         config["stats_cb"] = on_statistics
     return config

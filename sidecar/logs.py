@@ -72,6 +72,12 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def kafka_logger(client: str) -> logging.Logger:
+    """The standard-library logger a librdkafka client (``logger`` in its configuration)
+    writes to: its lines then come out in the sidecar's format, not raw on stderr."""
+    return logging.getLogger(f"librdkafka.{client}")
+
+
 def _identity(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:

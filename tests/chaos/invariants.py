@@ -369,7 +369,12 @@ def check_processes(report: Report, members: list[MemberRecord]) -> None:
         report.exceptions.extend(f"{member.name}: raw traceback: {t}" for t in member.tracebacks)
         for line in member.log_lines:
             if line.get("level") in ("error", "critical"):
-                report.log_errors[str(line.get("event"))] += 1
+                if str(line.get("logger", "")).startswith("librdkafka."):
+                    # librdkafka's own lines (refused connections while a broker restarts
+                    # or a link is cut): counted by kind, not one entry per port and time.
+                    report.log_errors["librdkafka: " + _kafka_log_kind(line)] += 1
+                else:
+                    report.log_errors[str(line.get("event"))] += 1
             if "exception" in line:
                 first = str(line["exception"]).strip().splitlines()[-1:]
                 report.exceptions.append(f"{member.name}: {line.get('event')}: {first}")
@@ -397,3 +402,8 @@ def parse_log(text: str) -> tuple[list[dict[str, Any]], list[str]]:
         if isinstance(parsed, dict):
             lines.append(parsed)
     return lines, tracebacks
+
+
+def _kafka_log_kind(line: dict[str, Any]) -> str:
+    """``FAIL`` from ``"FAIL [rdkafka#consumer-2] [thrd:...]: ..."``."""
+    return str(line.get("event", "")).split(" ", 1)[0] or "?"

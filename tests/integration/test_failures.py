@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
 
-from tests.support.sidecars import Sidecar, wait_until
+from tests.support.kafka import unique
+from tests.support.sidecars import Sidecar, free_port, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -87,3 +90,27 @@ def test_a_missing_fleet_topic_never_holds_up_the_group(
         60,
         "fleet failures counted",
     )
+
+
+def test_librdkafka_lines_come_out_in_the_sidecars_log_format(tmp_path: Path) -> None:
+    """With nothing listening at the bootstrap address librdkafka complains at once. Its
+    lines must reach the log collector as the sidecar's JSON lines (logger
+    ``librdkafka.member``, a level), not as raw ``%3|1795...|FAIL|...`` lines on stderr,
+    which break a JSON log pipeline."""
+    sidecar = Sidecar(
+        f"127.0.0.1:{free_port()}", unique("group"), "t", tmp_path / "nobody", name="nobody"
+    ).start()
+    try:
+        wait_until(
+            lambda: '"logger": "librdkafka.member"' in sidecar.logs(), 30, "a librdkafka line"
+        )
+    finally:
+        sidecar.stop()
+    lines = sidecar.log_path.read_text().splitlines()
+    raw = [line for line in lines if re.match(r"^%\d\|", line)]
+    assert raw == [], raw[:3]
+    kafka = [json.loads(line) for line in lines if '"librdkafka.member"' in line]
+    assert all(
+        entry["level"] in ("debug", "info", "warning", "error", "critical") for entry in kafka
+    )
+    assert any("Connect to" in entry["event"] or "refused" in entry["event"] for entry in kafka)
