@@ -27,6 +27,7 @@ class RevokeBarrier:
     acknowledged: list[str] = field(default_factory=list)
     gave_up: list[str] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    handed_back: list[str] = field(default_factory=list)
 
     def settle(self, sub_id: str, ok: bool, offsets: tuple[PartitionOffset, ...] = ()) -> bool:
         """Take one subscriber's answer; ``False`` when this barrier was not waiting for it."""
@@ -34,6 +35,8 @@ class RevokeBarrier:
             return False
         self.waiting.discard(sub_id)
         (self.acknowledged if ok else self.gave_up).append(sub_id)
+        if ok and offsets:
+            self.handed_back.append(sub_id)
         for po in offsets:
             key = (po.topic, po.partition)
             # Two subscribers handing back the same partition: the furthest progress wins.
@@ -48,6 +51,7 @@ class RevokeBarrier:
             gave_up=tuple(self.gave_up),
             waiting=tuple(sorted(self.waiting)),
             offsets=tuple(PartitionOffset(t, p, o) for (t, p), o in sorted(self.offsets.items())),
+            handed_back=tuple(self.handed_back),
             timed_out=timed_out,
         )
 

@@ -48,6 +48,7 @@ class BarrierOutcome:
     gave_up: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()  # still unacknowledged when the timeout struck
     offsets: tuple[PartitionOffset, ...] = ()
+    handed_back: tuple[str, ...] = ()  # the acknowledging subscribers that gave offsets
     timed_out: bool = False
 
 

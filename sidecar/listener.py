@@ -223,7 +223,7 @@ class RebalanceListener:
             outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
             self.log.error("committing offsets handed back on revoke failed", error=error)
         detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
-        for sub_id in outcome.acknowledged:
+        for sub_id in outcome.handed_back:  # not those that acknowledged with nothing
             self.journal.record(
                 Delivery(
                     subscription_id=sub_id,

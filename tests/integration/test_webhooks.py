@@ -196,6 +196,48 @@ def test_offsets_handed_back_on_revoke_are_committed(
         assert "offsets_committed" in {d["outcome"] for d in log}
 
 
+def test_only_the_subscriber_that_handed_back_offsets_is_logged_as_committing_them(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+) -> None:
+    """Two blocking subscribers: the application hands offsets back, an audit service just
+    acknowledges. The audit's delivery log must not say it committed offsets."""
+    topic = topic_factory(2)
+
+    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        if not event["type"].endswith("revoked"):
+            return 204, None, 0.0
+        offsets = [
+            {"topic": p["topic"], "partition": p["partition"], "offset": 70}
+            for p in event["data"]["partitions"]
+        ]
+        return 200, {"offsets": offsets}, 0.0
+
+    app_secret, audit_secret = new_secret(), new_secret()
+    with running(app_secret, hand_back) as app, running(audit_secret) as audit:
+        sidecar = sidecar_factory(
+            group_id,
+            topic,
+            webhooks=[
+                {"url": app.url, "secret": app_secret, "mode": "blocking", "id": "app"},
+                {"url": audit.url, "secret": audit_secret, "mode": "blocking", "id": "audit"},
+            ],
+        )
+        sidecar.wait_stable()
+        assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
+        assert committed(kafka_bootstrap, group_id, topic, 2) == {0: 70, 1: 70}
+
+        def outcomes(webhook: str) -> set[str]:
+            log = sidecar.client.get(f"/webhooks/{webhook}/deliveries").json()
+            return {d["outcome"] for d in log}
+
+        wait_until(lambda: "delivered" in outcomes("audit"), 30, "the audit's deliveries")
+        assert "offsets_committed" in outcomes("app")
+        assert "offsets_committed" not in outcomes("audit")
+
+
 def test_foreign_offsets_in_a_revoke_answer_are_rejected_not_committed(
     sidecar_factory: Callable[..., Sidecar],
     topic_factory: Callable[[int], str],
