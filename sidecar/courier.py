@@ -128,6 +128,10 @@ class DeliveryLog:
         return False
 
 
+# Clients being closed after their courier was cancelled (a reference keeps the task alive).
+_CLOSING: set[asyncio.Future[None]] = set()
+
+
 class Courier:
     """Delivers one subscription's events, in order, one at a time. Loop-side only."""
 
@@ -160,6 +164,15 @@ class Courier:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            # A task cancelled before it ever ran never enters _serve's ``finally``: its
+            # client (a connection pool) would leak. Close it when the task is done.
+            self._task.add_done_callback(self._close_client)
+
+    def _close_client(self, task: asyncio.Task[None]) -> None:
+        if not self._client.is_closed:
+            closing = asyncio.ensure_future(self._client.aclose())
+            _CLOSING.add(closing)
+            closing.add_done_callback(_CLOSING.discard)
 
     async def stopped(self) -> None:
         if self._task is not None:

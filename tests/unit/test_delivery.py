@@ -9,14 +9,25 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
 from sidecar.components import build_components
-from sidecar.delivery import RetryPolicy, parse_offsets, retry_after_seconds, sign
+from sidecar.delivery import Dispatcher, RetryPolicy, parse_offsets, retry_after_seconds, sign
 from sidecar.handoff import BarrierOutcome
-from sidecar.model import DeliveryOutcome, EventDraft, EventType, PartitionOffset, TopicPartition
+from sidecar.journal import Journal
+from sidecar.metrics import Metrics
+from sidecar.model import (
+    DeliveryOutcome,
+    EventDraft,
+    EventType,
+    PartitionOffset,
+    Subscription,
+    TopicPartition,
+)
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, new_secret
 from tests.support.receiver import running
@@ -492,3 +503,36 @@ def test_gives_up_by_the_events_age(tmp_path: Path) -> None:
             assert outcomes == [DeliveryOutcome.GAVE_UP, DeliveryOutcome.FAILED]
 
     run(scenario, tmp_path, RetryPolicy(0.01, 0.02, max_attempts=0, max_age=0.0))
+
+
+def test_a_courier_replaced_before_it_ever_ran_still_closes_its_http_client(
+    tmp_path: Path,
+) -> None:
+    """At start-up a declared webhook can be added twice in one loop tick (settings, then
+    the journal's copy): the first courier is cancelled before its task ever ran, so its
+    ``finally`` never did, and its HTTP client (a connection pool) leaked."""
+
+    async def main() -> None:
+        journal = Journal(tmp_path, durable=False)
+        clients: list[httpx.AsyncClient] = []
+
+        def client() -> httpx.AsyncClient:
+            clients.append(httpx.AsyncClient())
+            return clients[-1]
+
+        dispatcher = Dispatcher(journal, Metrics(CollectorRegistry()), FAST, client_factory=client)
+        sub = Subscription(
+            "app", "http://127.0.0.1:9/hook", (EventType.REVOKED,), "blocking",
+            new_secret(), 1000, "settings", 0.0, 0,
+        )  # fmt: skip
+        try:
+            dispatcher.add(sub)
+            dispatcher.add(sub)  # the same tick: the first courier never ran
+            await until(lambda: clients[0].is_closed, timeout=5)
+            assert not clients[1].is_closed  # the courier in service keeps its own
+        finally:
+            await dispatcher.close()
+            journal.close()
+        assert all(c.is_closed for c in clients)
+
+    asyncio.run(main())
