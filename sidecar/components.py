@@ -38,7 +38,7 @@ class Fanout:
         self._fleet = fleet
 
     def on_event(self, event: Event) -> None:
-        self._dispatcher.wake()
+        self._dispatcher.announced(event)
         self._feed.publish(event)
         if self._fleet is not None:
             self._fleet.wake()

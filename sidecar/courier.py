@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import hmac
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import httpx
@@ -143,8 +144,10 @@ class Courier:
         client: httpx.AsyncClient,
         policy: RetryPolicy,
         deliveries: DeliveryLog,
+        ceiling: Callable[[], int] = lambda: 2**63 - 1,
     ) -> None:
         self.subscription = subscription
+        self._ceiling = ceiling  # the last sequence announced: read no further
         self.cursor = subscription.cursor  # kept here: no SQLite read of it per event
         self._journal = journal
         self._client = client  # this subscription's own: one pool, nobody else's to scan
@@ -207,7 +210,9 @@ class Courier:
             # Cleared before the read: an event appended after it is announced after it,
             # and its wake-up then ends the wait below at once.
             self._wake.clear()
-            batch = self._journal.events_after(self.cursor, _BATCH)
+            read = self._journal.events_after(self.cursor, _BATCH)
+            ceiling = self._ceiling()
+            batch = [event for event in read if event.sequence <= ceiling]
             for event in batch:
                 if self.subscription.wants(event.type) and not await self._deliver(event):
                     return
@@ -216,7 +221,9 @@ class Courier:
                 # pins its cursor and pruning and journal_pending_events never see past it.
                 self._journal.pass_over(self.subscription.id, batch[-1].sequence)
                 self.cursor = batch[-1].sequence
-            if len(batch) < _BATCH:  # the journal had no more: no read until the next event
+            if len(read) < _BATCH or len(batch) < len(read):
+                # The journal had no more, or the rest is not announced yet: no read until
+                # the next announcement.
                 await self._wake.wait()
 
     async def _deliver(self, event: Event) -> bool:

@@ -69,8 +69,13 @@ class Dispatcher:
         self._barriers = Barriers()
         self._deliveries = DeliveryLog(journal, metrics, self._barriers)
         self._couriers: dict[str, Courier] = {}
+        # The last sequence announced to the loop. A courier reads no further: an event the
+        # member has journaled but not yet announced may not have its barrier open yet, and
+        # an answer (with handed-back offsets) that came before it would find no barrier.
+        self._announced = 0
 
     def start(self) -> None:
+        self._announced = self._journal.last_sequence()  # what an earlier run journaled
         for sub in self._journal.subscriptions():
             if sub.disabled_reason is None:
                 self.add(sub)
@@ -86,6 +91,7 @@ class Dispatcher:
             client=self._client_factory(),
             policy=self._policy,
             deliveries=self._deliveries,
+            ceiling=lambda: self._announced,
         )
         self._couriers[sub.id] = courier
         courier.start()
@@ -95,6 +101,11 @@ class Dispatcher:
         if courier is not None:
             courier.stop()
         self._barriers.forget(sub_id)
+
+    def announced(self, event: Event) -> None:
+        """``event`` is announced (its barrier, if any, is open): deliver up to it."""
+        self._announced = max(self._announced, event.sequence)
+        self.wake()
 
     def wake(self) -> None:
         for courier in self._couriers.values():

@@ -82,7 +82,7 @@ class Rig:
 
     def append(self, draft: EventDraft) -> Any:
         event = self.journal.append(draft)
-        self.dispatcher.wake()
+        self.dispatcher.announced(event)  # as the handoff does once its barrier is open
         return event
 
     async def close(self) -> None:
@@ -534,5 +534,54 @@ def test_a_courier_replaced_before_it_ever_ran_still_closes_its_http_client(
             await dispatcher.close()
             journal.close()
         assert all(c.is_closed for c in clients)
+
+    asyncio.run(main())
+
+
+def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_open(
+    tmp_path: Path,
+) -> None:
+    """The member journals a ``revoked``, then opens its barrier, then announces it. A
+    courier woken meanwhile for another reason (here: its start) read the journal and
+    delivered the event first; the application's handed-back offsets found no barrier
+    (rejected), and the barrier then had nobody to wait for: nothing was committed."""
+    offsets = {"offsets": [{"topic": "t", "partition": 0, "offset": 41}]}
+
+    async def main() -> None:
+        journal = Journal(tmp_path, durable=False)
+        secret = new_secret()
+        with running(secret, lambda event: (200, offsets, 0.0)) as app:
+            sub = Subscription(
+                "app", app.url, (EventType.REVOKED,), "blocking", secret, 2000, "settings",
+                0.0, 0,
+            )  # fmt: skip
+            journal.save_subscription(sub)
+            dispatcher = Dispatcher(journal, Metrics(CollectorRegistry()), FAST)
+            dispatcher.start()
+            await asyncio.sleep(0.05)  # the courier has read the (empty) journal and waits
+            event = journal.append(
+                EventDraft(
+                    type=EventType.REVOKED,
+                    group_id="g",
+                    member_id="m",
+                    group_instance_id=None,
+                    generation_id=1,
+                    protocol="eager",
+                    partitions=(PartitionOffset("t", 0, None),),
+                    assignment=(),
+                    reason=None,
+                )
+            )  # journaled by the member thread; not announced yet
+            dispatcher.wake()  # woken by something else: another subscription's retry, ...
+            await asyncio.sleep(0.3)
+            assert app.received == []  # held back until announced
+            outcome: list[BarrierOutcome] = []
+            dispatcher.open_barrier(event, outcome.append)
+            dispatcher.announced(event)
+            await until(lambda: bool(outcome), timeout=10)
+            await dispatcher.close()
+        journal.close()
+        assert outcome[0].offsets == (PartitionOffset("t", 0, 41),)
+        assert outcome[0].acknowledged == ("app",) and not outcome[0].timed_out
 
     asyncio.run(main())
