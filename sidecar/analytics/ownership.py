@@ -56,8 +56,23 @@ def seconds_between(start: Column, end: Column) -> Column:
     return (F.unix_micros(end) - F.unix_micros(start)) / F.lit(1_000_000.0)
 
 
+# The event type of a partition row as a small number: the rows stay narrow through
+# the sort and the windows, and the order of the release codes is the order of the
+# type names (``lost`` < ``revoked``), which breaks ties between releases at the same
+# instant exactly as comparing the names did.
+LOST_CODE = 0
+REVOKED_CODE = 1
+ACQUIRE_CODE = 2
+
+
 def partition_events(member_events: DataFrame) -> DataFrame:
-    """One row per (membership event, partition) with ``kind`` acquire/release."""
+    """One row per (membership event, partition); ``code``: acquire, or release and how."""
+    code = (
+        F.when(F.col("type") == ASSIGNED, F.lit(ACQUIRE_CODE))
+        .when(F.col("type") == REVOKED, F.lit(REVOKED_CODE))
+        .otherwise(F.lit(LOST_CODE))
+        .cast("byte")
+    )
     exploded = member_events.where(F.col("type").isin(ASSIGNED, REVOKED, LOST)).select(
         "group_id",
         "member",
@@ -67,7 +82,7 @@ def partition_events(member_events: DataFrame) -> DataFrame:
         "source",
         "sequence",
         "event_id",
-        "type",
+        code.alias("code"),
         "is_rejoin",
         F.explode("partitions").alias("p"),
     )
@@ -82,11 +97,8 @@ def partition_events(member_events: DataFrame) -> DataFrame:
         "source",
         "sequence",
         "event_id",
-        "type",
+        "code",
         "is_rejoin",
-        F.when(F.col("type") == ASSIGNED, F.lit("acquire"))
-        .otherwise(F.lit("release"))
-        .alias("kind"),
     ).where(F.col("topic").isNotNull() & F.col("partition").isNotNull())
 
 
@@ -94,18 +106,20 @@ def segments(partition_rows: DataFrame) -> DataFrame:
     """One row per ownership segment of a partition (segment 0: before any acquire)."""
     ordered = Window.partitionBy(*PARTITION_KEY).orderBy(*event_order())
     running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    is_acquire = F.col("kind") == "acquire"
-    repeat = (F.lag("kind").over(ordered) == "acquire") & (
+    is_acquire = F.col("code") == ACQUIRE_CODE
+    repeat = (F.lag("code").over(ordered) == ACQUIRE_CODE) & (
         F.lag("member").over(ordered) == F.col("member")
     )
     starts = partition_rows.withColumn("is_start", is_acquire & ~F.coalesce(repeat, F.lit(False)))
-    marked = starts.withColumn(
-        "seg_id", F.sum(F.col("is_start").cast("long")).over(running)
-    ).withColumn(
-        "seg_owner",
-        F.last(F.when(F.col("is_start"), F.col("member")), ignorenulls=True).over(running),
+    # Both running columns in one select: one window pass over the rows, not two.
+    marked = starts.select(
+        "*",
+        F.sum(F.col("is_start").cast("long")).over(running).alias("seg_id"),
+        F.last(F.when(F.col("is_start"), F.col("member")), ignorenulls=True)
+        .over(running)
+        .alias("seg_owner"),
     )
-    owner_release = (F.col("kind") == "release") & (
+    owner_release = (F.col("code") != ACQUIRE_CODE) & (
         F.col("seg_owner").isNull() | (F.col("member") == F.col("seg_owner"))
     )
 
@@ -123,7 +137,7 @@ def segments(partition_rows: DataFrame) -> DataFrame:
                 owner_release,
                 F.struct(
                     F.col("time").alias("time"),
-                    F.col("type").alias("type"),
+                    F.col("code").alias("code"),
                     F.col("member").alias("member"),
                 ),
             )
@@ -143,8 +157,8 @@ def segments(partition_rows: DataFrame) -> DataFrame:
     )
 
 
-def _end_reason(release_type: Column) -> Column:
-    return F.when(release_type == REVOKED, "revoked").when(release_type == LOST, "lost")
+def _end_reason(release_code: Column) -> Column:
+    return F.when(release_code == REVOKED_CODE, "revoked").when(release_code == LOST_CODE, "lost")
 
 
 def ownership(segs: DataFrame) -> DataFrame:
@@ -160,7 +174,7 @@ def ownership(segs: DataFrame) -> DataFrame:
         F.coalesce(F.col("release.time"), F.col("next_start")).alias("owned_to"),
         F.col("start_member_id").alias("member_id"),
         F.col("start_generation").alias("generation_id"),
-        F.when(F.col("release").isNotNull(), _end_reason(F.col("release.type")))
+        F.when(F.col("release").isNotNull(), _end_reason(F.col("release.code")))
         .when(F.col("next_start").isNotNull(), F.lit("reassigned"))
         .alias("end_reason"),
     )
@@ -171,7 +185,7 @@ def ownership(segs: DataFrame) -> DataFrame:
         F.col("release.time").alias("owned_to"),
         F.lit(None).cast("string").alias("member_id"),
         F.lit(None).cast("long").alias("generation_id"),
-        _end_reason(F.col("release.type")).alias("end_reason"),
+        _end_reason(F.col("release.code")).alias("end_reason"),
     )
     return (
         owned.unionByName(before_input)
@@ -192,7 +206,7 @@ def downtime(segs: DataFrame) -> DataFrame:
         F.col("release.time").alias("unowned_from"),
         F.col("next_start").alias("unowned_to"),
         seconds_between(F.col("release.time"), F.col("next_start")).alias("seconds"),
-        _end_reason(F.col("release.type")).alias("cause"),
+        _end_reason(F.col("release.code")).alias("cause"),
         F.col("release.member").alias("released_by"),
         F.col("next_owner"),
         F.col("next_generation").alias("generation_id"),

@@ -36,6 +36,10 @@ PLANNER_CONF: Mapping[str, str] = {
     # Frames already hash-partitioned by group join on (group, generation) without a
     # new shuffle (Spark's default re-shuffles unless partitioned by every key).
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
+    # A cached frame keeps the partitioning by group it was computed with (by default
+    # AQE may coalesce its partitions, and Spark then treats it as unpartitioned and
+    # shuffles every aggregate and window over it again).
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "false",
 }
 
 

@@ -389,7 +389,7 @@ def build_tables(spark: SparkSession, events: DataFrame) -> FleetTables:
     # Per partition, the membership events move once more, by group again and before
     # they are exploded (a fifth of the rows that the exploded per-partition rows
     # would be); the per-partition windows then need no shuffle of their own.
-    segs = own.segments(own.partition_events(replayed(flagged).repartition("group_id"))).persist(
+    segs = own.segments(own.partition_events(replayed(flagged))).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     down = own.downtime(segs)
