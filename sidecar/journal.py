@@ -63,6 +63,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
     at              REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_subscription ON deliveries (subscription_id, rowid);
+-- The newest sequence handed out: the newest event's, or the high-water mark in meta that
+-- pruning keeps when it deleted them all (sequences are never reused).
+CREATE VIEW IF NOT EXISTS newest (sequence) AS
+    SELECT MAX(value, COALESCE((SELECT MAX(sequence) FROM events), 0))
+    FROM meta WHERE key = 'sequence';
 """
 
 _SUBSCRIPTION_COLUMNS = (
@@ -77,6 +82,7 @@ class Journal:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / FILE_NAME
         self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        self._next_sequence: int | None = None  # known once this connection appended
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.execute("PRAGMA busy_timeout=10000")
@@ -92,20 +98,32 @@ class Journal:
     # -- events -------------------------------------------------------------------------
 
     def append(self, draft: EventDraft) -> Event:
-        """Give the draft the next sequence number and store it; returns once committed."""
-        with self._transaction():
-            (sequence,) = self._db.execute(
-                "UPDATE meta SET value = value + 1 WHERE key = 'sequence' RETURNING value"
-            ).fetchone()
-            body = encode(draft.cloudevent(sequence))
+        """Give the draft the next sequence number and store it; returns once committed.
+
+        One statement, one commit: the appending connection (the member thread's, the only
+        one that appends) keeps the next sequence in memory, so an event costs one INSERT
+        and one fsync on the callback's path. ``meta.sequence`` is the high-water mark that
+        survives pruning; the ``newest`` view reads the larger of the two.
+        """
+        if self._next_sequence is None:
+            self._next_sequence = self.last_sequence() + 1
+        sequence = self._next_sequence
+        body = encode(draft.cloudevent(sequence))
+        try:
             self._db.execute(
                 "INSERT INTO events (sequence, id, type, body, created_at) VALUES (?, ?, ?, ?, ?)",
                 (sequence, draft.id, draft.type.value, body, draft.time),
             )
+        except sqlite3.IntegrityError:
+            # Someone else appended to this file (a second process on the same data
+            # directory): re-read the newest sequence for the next attempt.
+            self._next_sequence = None
+            raise
+        self._next_sequence = sequence + 1
         return Event(sequence=sequence, id=draft.id, type=draft.type, body=body)
 
     def last_sequence(self) -> int:
-        (value,) = self._db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone()
+        (value,) = self._db.execute("SELECT sequence FROM newest").fetchone()
         return int(value)
 
     def events_after(
@@ -151,6 +169,10 @@ class Journal:
     def prune(self, *, keep_events: int, max_age_seconds: float) -> int:
         """Drop old events that every active subscription is past; returns how many."""
         with self._transaction():
+            # Keep the high-water mark: the events below may be all there are.
+            self._db.execute(
+                "UPDATE meta SET value = (SELECT sequence FROM newest) WHERE key = 'sequence'"
+            )
             (floor,) = self._db.execute(
                 "SELECT COALESCE(MIN(cursor), (SELECT value FROM meta WHERE key='sequence')) "
                 "FROM subscriptions WHERE disabled_reason IS NULL"
@@ -170,8 +192,7 @@ class Journal:
         """Events some active subscription has not yet acknowledged or given up."""
         (count,) = self._db.execute(
             "SELECT COUNT(*) FROM events WHERE sequence > (SELECT COALESCE(MIN(cursor), "
-            "(SELECT value FROM meta WHERE key='sequence')) FROM subscriptions "
-            "WHERE disabled_reason IS NULL)"
+            "(SELECT sequence FROM newest)) FROM subscriptions WHERE disabled_reason IS NULL)"
         ).fetchone()
         return int(count)
 

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -107,6 +108,46 @@ def test_prune_keeps_what_a_subscriber_still_needs(tmp_path: Path) -> None:
     assert journal.prune(keep_events=2, max_age_seconds=3600) == 4
     assert journal.pending_events() == 0
     journal.close()
+
+
+def test_sequences_are_never_reused_after_pruning_everything(tmp_path: Path) -> None:
+    """The appender keeps the next sequence in memory; the high-water mark that survives
+    a prune of every event (and a restart) must still be the newest ever handed out."""
+    journal = Journal(tmp_path, durable=True)
+    for p in range(5):
+        journal.append(draft(partition=p))
+    loop_side = Journal(tmp_path, durable=False)  # the loop's connection prunes
+    assert loop_side.last_sequence() == 5
+    assert loop_side.prune(keep_events=0, max_age_seconds=0) == 5
+    assert loop_side.events_after(0, 10) == []
+    assert loop_side.last_sequence() == 5
+    assert loop_side.pending_events() == 0
+    assert journal.append(draft()).sequence == 6  # the same appender goes on
+    journal.close()
+    loop_side.prune(keep_events=0, max_age_seconds=0)
+    again = Journal(tmp_path, durable=True)  # a restart after everything was pruned
+    assert again.last_sequence() == 6
+    assert again.append(draft()).sequence == 7
+    again.close()
+    loop_side.close()
+
+
+def test_an_appender_that_lost_the_race_re_reads_the_newest_sequence(tmp_path: Path) -> None:
+    """Two appenders on one file (two processes on one data directory: a mistake) never
+    overwrite each other: the loser fails once, then continues after the winner."""
+    first, second = Journal(tmp_path, durable=True), Journal(tmp_path, durable=True)
+    assert first.append(draft()).sequence == 1
+    assert second.append(draft()).sequence == 2
+    try:
+        first.append(draft())
+    except sqlite3.IntegrityError:
+        pass
+    else:
+        raise AssertionError("a sequence was handed out twice")
+    assert first.append(draft()).sequence == 3
+    assert [e.sequence for e in second.events_after(0, 10)] == [1, 2, 3]
+    first.close()
+    second.close()
 
 
 def test_export_jsonl_writes_one_cloudevent_per_line(tmp_path: Path) -> None:
