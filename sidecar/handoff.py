@@ -94,21 +94,25 @@ class Handoff:
 
     # -- consumer thread -----------------------------------------------------------------
 
-    def publish(self, snapshot: Assignment) -> None:
+    def publish(self, snapshot: Assignment, *, announcing: bool = False) -> None:
+        """Replace the snapshot. ``announcing``: an event's announcement follows at once and
+        wakes the snapshot's waiters too, so an event costs one crossing, not two (each
+        crossing wakes the loop, which then holds the GIL this thread needs next)."""
         self._snapshot = snapshot
-        self._call(self._snapshot_changed)
+        if not announcing or self._side is None:
+            self._call(self._snapshot_changed)
 
     def announce(self, event: Event) -> None:
         if self._side is not None:
-            self._call(self._side.on_event, event)
+            self._call(self._announce, self._side, event, None)
 
     def await_barrier(
         self, event: Event, timeout: float, serve: Callable[[], None] | None = None
     ) -> BarrierOutcome:
         """Block the consumer thread until blocking subscribers acknowledged ``event``.
 
-        The barrier opens *before* the event is announced (both are scheduled in order on
-        the loop), so no answer can arrive for an event whose barrier does not exist yet.
+        The barrier opens *before* the event is announced (in the same loop callback), so
+        no answer can arrive for an event whose barrier does not exist yet.
         ``serve`` runs on this thread every ``BARRIER_SLICE_SECONDS`` while it waits: the
         application may commit from its revoke handler, and only this thread can commit.
         """
@@ -122,7 +126,7 @@ class Handoff:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_result(outcome)
 
-        if not self._call(side.open_barrier, event, done) or not self._call(side.on_event, event):
+        if not self._call(self._announce, side, event, done):
             return BarrierOutcome()
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
@@ -241,6 +245,14 @@ class Handoff:
             except TimeoutError:
                 return None
         return self._snapshot
+
+    def _announce(
+        self, side: LoopSide, event: Event, done: Callable[[BarrierOutcome], None] | None
+    ) -> None:
+        if done is not None:
+            side.open_barrier(event, done)  # before the event is out: no answer finds none
+        side.on_event(event)
+        self._snapshot_changed()
 
     def _snapshot_changed(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

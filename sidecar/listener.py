@@ -288,7 +288,8 @@ class RebalanceListener:
                     raise JournalFailed(f"journal append failed: {exc}") from exc
                 time.sleep(pause)
             else:
-                self.publish(sequence=event.sequence)
+                # Its announcement (announce or await_barrier) follows and wakes the loop.
+                self.publish(sequence=event.sequence, announcing=True)
                 return event
         raise AssertionError("unreachable")
 
@@ -299,7 +300,7 @@ class RebalanceListener:
         self.publish()
         self._fail_stop(reason)
 
-    def publish(self, sequence: int | None = None) -> None:
+    def publish(self, sequence: int | None = None, *, announcing: bool = False) -> None:
         current = self._handoff.snapshot
         self._handoff.publish(
             replace(
@@ -312,5 +313,6 @@ class RebalanceListener:
                 updated_at=time.time(),
                 error=self.link.error,
                 connected=self.link.connected,
-            )
+            ),
+            announcing=announcing,
         )

@@ -110,6 +110,45 @@ def test_long_poll_wakes_on_a_published_snapshot() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("kind", [EventType.ASSIGNED, EventType.REVOKED])
+def test_an_event_and_its_snapshot_cross_to_the_loop_in_one_call(kind: EventType) -> None:
+    """Each crossing wakes the loop, which then holds the GIL the member thread needs for
+    what comes next: an event journaled with its snapshot crosses once, and the
+    snapshot's long-poll waiters still wake."""
+    event = Event(1, "id-1", kind, b"{}")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        crossings: list[str] = []
+        schedule = loop.call_soon_threadsafe
+
+        def counted(callback: Callable[..., object], *args: object) -> asyncio.Handle:
+            if getattr(callback, "__self__", None) is handoff:  # not asyncio.to_thread's
+                crossings.append(callback.__name__)
+            return schedule(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        handoff = Handoff(loop, initial())
+        side = Side(BarrierOutcome(acknowledged=("app",)))
+        handoff.attach(side)
+        waiter = asyncio.create_task(handoff.wait_for_change(0, 10))
+        await asyncio.sleep(0.05)
+
+        def member() -> None:
+            handoff.publish(replace(initial(), sequence=1), announcing=True)
+            if kind is EventType.REVOKED:
+                handoff.await_barrier(event, 2.0)
+            else:
+                handoff.announce(event)
+
+        await asyncio.to_thread(member)
+        assert (await asyncio.wait_for(waiter, 5)).sequence == 1
+        assert [e for _, e in side.events] == [event]
+        assert len(crossings) == 1, crossings
+
+    asyncio.run(main())
+
+
 def test_thread_side_never_raises_once_the_loop_is_gone() -> None:
     loop = asyncio.new_event_loop()
     handoff = Handoff(loop, initial())
