@@ -47,6 +47,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bare import BareProcess
@@ -98,6 +99,19 @@ class Round:
     seconds: float  # trigger to all assigned
     from_command: float  # sidecars: command executed to all assigned (bare: == seconds)
     held: float = 0.0  # sidecars: the longest any member's callbacks held the group
+    cpu: float = 0.0  # CPU seconds (user + system) per member, trigger to all assigned
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time the processes have used so far (0 for one that is gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 @dataclass(frozen=True)
@@ -242,6 +256,8 @@ class SidecarGroup:
         sequence = int(self.sidecars[1].assignment()["sequence"])
         held = [callback_seconds(s) for s in self.sidecars]
         self._collect(self.receiver.take())
+        pids = [s.process.pid for s in self.sidecars if s.process is not None]
+        cpu = cpu_seconds(pids)
         started = time.time()
         answer = self.sidecars[1].client.post("/enforce-rebalance", json={"reason": "bench"})
         if answer.status_code != 202:
@@ -258,6 +274,7 @@ class SidecarGroup:
             return end is not None
 
         _wait(done, "all sidecars assigned in a new generation", timeout, NoRebalance)
+        cpu = (cpu_seconds(pids) - cpu) / len(pids)
         generation, end = found[0]
         _wait(
             lambda: all(
@@ -273,7 +290,7 @@ class SidecarGroup:
         ]
         executed = dt.datetime.fromisoformat(requested[-1]["time"]).timestamp()
         longest = max(callback_seconds(s) - h for s, h in zip(self.sidecars, held, strict=True))
-        return Round(end - started, end - executed, longest)
+        return Round(end - started, end - executed, longest, cpu)
 
     def stop(self) -> None:
         for sidecar in self.sidecars:
@@ -321,6 +338,8 @@ class BareGroup:
     def round(self, timeout: float = HONOUR_TIMEOUT) -> Round:
         above = _quiet(self._entries, self.size, self.partitions)
         triggered = len(self.members[1].triggered)
+        pids = [m.process.pid for m in self.members]
+        cpu = cpu_seconds(pids)
         self.members[1].rejoin()
         found: list[tuple[int, float]] = []
 
@@ -331,10 +350,11 @@ class BareGroup:
             return end is not None
 
         _wait(done, "all bare members assigned in a new generation", timeout, NoRebalance)
+        cpu = (cpu_seconds(pids) - cpu) / len(pids)
         _wait(lambda: len(self.members[1].triggered) > triggered, "trigger reported")
         started = self.members[1].triggered[triggered]
         seconds = found[0][1] - started
-        return Round(seconds, seconds)
+        return Round(seconds, seconds, cpu=cpu)
 
     def stop(self) -> None:
         for member in self.members:

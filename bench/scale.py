@@ -82,9 +82,14 @@ def _group_sizes(ctx: Context, result: SectionResult) -> None:
             "added by the sidecar",
             "allowed",
             "RSS per member, sidecar / bare",
+            "CPU per member per round, sidecar / bare",
         ],
         caption="Medians over the rounds. 'Added by the sidecar': request → command run plus "
-        "the longest callback hold (section 2's measure). Allowed: max(5 % of bare, 50 ms).",
+        "the longest callback hold (section 2's measure). Allowed: max(5 % of bare, 50 ms). "
+        "CPU: user + system time of each member's process from the trigger to the last "
+        "member assigned (10 ms clock ticks, summed over the group, divided by its size); "
+        "all members share the machine's cores, so at N members a round needs about N x "
+        "that much CPU time.",
     )
     receiver = ReceiverProcess(new_secret())
     root = ctx.work_dir / f"scale-{uuid.uuid4().hex[:8]}"
@@ -143,7 +148,11 @@ def _group_round(
     bare = median([r.seconds for r in theirs.rounds])
     added = median([_added(r) for r in ours.rounds])
     allowed = max(0.05 * bare, 0.050)
-    ctx.say(f"    sidecars {ms(sidecars)}, bare {ms(bare)}, added {ms(added)}")
+    cpu = (median([r.cpu for r in ours.rounds]), median([r.cpu for r in theirs.rounds]))
+    ctx.say(
+        f"    sidecars {ms(sidecars)}, bare {ms(bare)}, added {ms(added)}, CPU per member "
+        f"{ms(cpu[0])} / {ms(cpu[1])}"
+    )
     row = [
         protocol,
         str(members),
@@ -154,6 +163,7 @@ def _group_round(
         ms(added),
         ms(allowed),
         f"{mb(int(rss[0]))} / {mb(int(rss[1]))}",
+        f"{ms(cpu[0])} / {ms(cpu[1])}",
     ]
     return row, added, allowed
 
