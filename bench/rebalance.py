@@ -364,6 +364,8 @@ class BareGroup:
 
 
 class Group(Protocol):
+    size: int
+
     def start(self) -> None: ...
 
     def stable(self) -> tuple[int, float] | None: ...
@@ -404,7 +406,10 @@ class Lane:
             self._group = group
             self._used = False
             group.start()
-            _wait(lambda: group.stable() is not None, "stable after start")
+            # A fresh group settles one joiner at a time: 30 cooperative members starting at
+            # once on 2 cores took over 60 s once.
+            settle = max(ROUND_TIMEOUT, 4.0 * group.size)
+            _wait(lambda: group.stable() is not None, "stable after start", settle)
             time.sleep(SETTLE_SECONDS)
         return self._group
 
