@@ -105,20 +105,23 @@ class Journal:
         and one fsync on the callback's path. ``meta.sequence`` is the high-water mark that
         survives pruning; the ``newest`` view reads the larger of the two.
         """
+        try:
+            return self._insert(draft)
+        except sqlite3.IntegrityError:
+            # Another connection appended to this file since (the bench's fill, or a
+            # second process on the same data directory): continue after its events.
+            self._next_sequence = None
+            return self._insert(draft)
+
+    def _insert(self, draft: EventDraft) -> Event:
         if self._next_sequence is None:
             self._next_sequence = self.last_sequence() + 1
         sequence = self._next_sequence
         body = encode(draft.cloudevent(sequence))
-        try:
-            self._db.execute(
-                "INSERT INTO events (sequence, id, type, body, created_at) VALUES (?, ?, ?, ?, ?)",
-                (sequence, draft.id, draft.type.value, body, draft.time),
-            )
-        except sqlite3.IntegrityError:
-            # Someone else appended to this file (a second process on the same data
-            # directory): re-read the newest sequence for the next attempt.
-            self._next_sequence = None
-            raise
+        self._db.execute(
+            "INSERT INTO events (sequence, id, type, body, created_at) VALUES (?, ?, ?, ?, ?)",
+            (sequence, draft.id, draft.type.value, body, draft.time),
+        )
         self._next_sequence = sequence + 1
         return Event(sequence=sequence, id=draft.id, type=draft.type, body=body)
 
