@@ -10,6 +10,7 @@ more redelivery, which at-least-once allows; a process crash loses nothing in WA
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -28,6 +29,7 @@ from sidecar.model import (
 )
 
 FILE_NAME = "journal.sqlite3"
+_APPEND_ATTEMPTS = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -90,6 +92,13 @@ class Journal:
             self._db.execute(statement)
 
     def close(self) -> None:
+        if self._next_sequence is not None:
+            # Keep meta current on a clean close, so an older version (which counts from
+            # meta alone) can still append to this file after a downgrade.
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute(
+                    "UPDATE meta SET value = (SELECT sequence FROM newest) WHERE key = 'sequence'"
+                )
         self._db.close()
 
     def _transaction(self) -> _Transaction:
@@ -100,30 +109,30 @@ class Journal:
     def append(self, draft: EventDraft) -> Event:
         """Give the draft the next sequence number and store it; returns once committed.
 
-        One statement, one commit: the appending connection (the member thread's, the only
-        one that appends) keeps the next sequence in memory, so an event costs one INSERT
-        and one fsync on the callback's path. ``meta.sequence`` is the high-water mark that
-        survives pruning; the ``newest`` view reads the larger of the two.
+        One statement, one commit on the callback's path: the appending connection (the
+        member thread's) keeps the next sequence in memory, and the INSERT itself checks
+        it against the newest sequence handed out (the ``newest`` view: the newest event,
+        or the high-water mark in ``meta`` that pruning keeps). Another connection that
+        appended, or appended and pruned, since makes the check fail: the sequence is read
+        again, so a sequence is never reused and never goes backwards.
         """
-        try:
-            return self._insert(draft)
-        except sqlite3.IntegrityError:
-            # Another connection appended to this file since (the bench's fill, or a
-            # second process on the same data directory): continue after its events.
-            self._next_sequence = None
-            return self._insert(draft)
-
-    def _insert(self, draft: EventDraft) -> Event:
-        if self._next_sequence is None:
-            self._next_sequence = self.last_sequence() + 1
-        sequence = self._next_sequence
-        body = encode(draft.cloudevent(sequence))
-        self._db.execute(
-            "INSERT INTO events (sequence, id, type, body, created_at) VALUES (?, ?, ?, ?, ?)",
-            (sequence, draft.id, draft.type.value, body, draft.time),
+        for _ in range(_APPEND_ATTEMPTS):
+            if self._next_sequence is None:
+                self._next_sequence = self.last_sequence() + 1
+            sequence = self._next_sequence
+            body = encode(draft.cloudevent(sequence))
+            inserted = self._db.execute(
+                "INSERT INTO events (sequence, id, type, body, created_at) "
+                "SELECT ?, ?, ?, ?, ? WHERE (SELECT sequence FROM newest) = ?",
+                (sequence, draft.id, draft.type.value, body, draft.time, sequence - 1),
+            ).rowcount
+            if inserted == 1:
+                self._next_sequence = sequence + 1
+                return Event(sequence=sequence, id=draft.id, type=draft.type, body=body)
+            self._next_sequence = None  # someone else appended: read the newest again
+        raise sqlite3.OperationalError(
+            f"journal append: another connection kept appending ({_APPEND_ATTEMPTS} tries)"
         )
-        self._next_sequence = sequence + 1
-        return Event(sequence=sequence, id=draft.id, type=draft.type, body=body)
 
     def last_sequence(self) -> int:
         (value,) = self._db.execute("SELECT sequence FROM newest").fetchone()

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -141,8 +142,26 @@ def test_two_appenders_on_one_file_continue_after_each_other(tmp_path: Path) -> 
     assert first.append(draft()).sequence == 5
     assert second.append(draft()).sequence == 6
     assert [e.sequence for e in first.events_after(0, 10)] == [1, 2, 3, 4, 5, 6]
+    # The other connection appends and prunes what it appended: the appender's stale
+    # next sequence (7) must not be handed out again below the newest (9).
+    assert [second.append(draft()).sequence for _ in range(3)] == [7, 8, 9]
+    second.prune(keep_events=1, max_age_seconds=3600)
+    assert first.append(draft()).sequence == 10
+    assert [e.sequence for e in first.events_after(0, 20)][-2:] == [9, 10]
     first.close()
     second.close()
+
+
+def test_a_cleanly_closed_journal_keeps_the_old_high_water_mark_current(tmp_path: Path) -> None:
+    """An older version counts from ``meta`` alone: after a clean close it still appends."""
+    journal = Journal(tmp_path, durable=True)
+    for _ in range(3):
+        journal.append(draft())
+    journal.close()
+    db = sqlite3.connect(tmp_path / "journal.sqlite3")
+    (value,) = db.execute("SELECT value FROM meta WHERE key = 'sequence'").fetchone()
+    db.close()
+    assert value == 3
 
 
 def test_export_jsonl_writes_one_cloudevent_per_line(tmp_path: Path) -> None:
