@@ -249,10 +249,16 @@ class Handoff:
     def _announce(
         self, side: LoopSide, event: Event, done: Callable[[BarrierOutcome], None] | None
     ) -> None:
-        if done is not None:
-            side.open_barrier(event, done)  # before the event is out: no answer finds none
-        side.on_event(event)
-        self._snapshot_changed()
+        # Each step runs even if one before it raised (they used to be separate callbacks);
+        # the loop's exception handler logs what raised.
+        try:
+            if done is not None:
+                side.open_barrier(event, done)  # before the event is out: no answer finds none
+        finally:
+            try:
+                side.on_event(event)
+            finally:
+                self._snapshot_changed()
 
     def _snapshot_changed(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

@@ -149,6 +149,36 @@ def test_an_event_and_its_snapshot_cross_to_the_loop_in_one_call(kind: EventType
     asyncio.run(main())
 
 
+def test_a_failing_barrier_still_announces_the_event_and_wakes_the_waiters() -> None:
+    """Opening the barrier, announcing and waking share one loop callback now: a step
+    that raises must not swallow the ones after it."""
+    event = Event(1, "id-1", EventType.REVOKED, b"{}")
+
+    class Broken(Side):
+        def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+            raise RuntimeError("broken barrier")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, _context: None)  # the raise is expected
+        handoff = Handoff(loop, initial())
+        side = Broken(None)
+        handoff.attach(side)
+        waiter = asyncio.create_task(handoff.wait_for_change(0, 10))
+        await asyncio.sleep(0.05)
+
+        def member() -> BarrierOutcome:
+            handoff.publish(replace(initial(), sequence=1), announcing=True)
+            return handoff.await_barrier(event, 0.2)
+
+        outcome = await asyncio.to_thread(member)
+        assert outcome.timed_out
+        assert [e for _, e in side.events] == [event]
+        assert (await asyncio.wait_for(waiter, 5)).sequence == 1
+
+    asyncio.run(main())
+
+
 def test_thread_side_never_raises_once_the_loop_is_gone() -> None:
     loop = asyncio.new_event_loop()
     handoff = Handoff(loop, initial())
