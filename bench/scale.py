@@ -24,6 +24,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
+from statistics import mean
 
 import psutil
 
@@ -86,8 +87,9 @@ def _group_sizes(ctx: Context, result: SectionResult) -> None:
         ],
         caption="Medians over the rounds. 'Added by the sidecar': request → command run plus "
         "the longest callback hold (section 2's measure). Allowed: max(5 % of bare, 50 ms). "
-        "CPU: user + system time of each member's process from the trigger to the last "
-        "member assigned (10 ms clock ticks, summed over the group, divided by its size); "
+        "CPU (mean over the rounds): time on the CPU of every thread of every member's "
+        "process (/proc schedstat, ns), from the trigger to the last member assigned, "
+        "divided by the group's size, idle work included; "
         "all members share the machine's cores, so at N members a round needs about N x "
         "that much CPU time.",
     )
@@ -148,7 +150,7 @@ def _group_round(
     bare = median([r.seconds for r in theirs.rounds])
     added = median([_added(r) for r in ours.rounds])
     allowed = max(0.05 * bare, 0.050)
-    cpu = (median([r.cpu for r in ours.rounds]), median([r.cpu for r in theirs.rounds]))
+    cpu = (mean([r.cpu for r in ours.rounds]), mean([r.cpu for r in theirs.rounds]))
     ctx.say(
         f"    sidecars {ms(sidecars)}, bare {ms(bare)}, added {ms(added)}, CPU per member "
         f"{ms(cpu[0])} / {ms(cpu[1])}"
