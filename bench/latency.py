@@ -154,7 +154,7 @@ def run(ctx: Context) -> SectionResult:
         Target(
             "p99 event latency, 1 subscriber",
             "≤ plain POST p99 + fsync p99 + 1 ms",
-            f"{ms(p99)} vs {ms(b99)} + {ms(fsync_p99)} (+{ms(p99 - floor)} over the floor)",
+            f"{ms(p99)} vs {ms(b99)} + {ms(fsync_p99)} ({_against(p99 - floor)} the floor)",
             p99 <= floor + 0.001,
         )
     )
@@ -163,6 +163,10 @@ def run(ctx: Context) -> SectionResult:
         f"{receiver.rejected}. Deliveries missing: {sum(m.missing for m in measured)}."
     )
     return result
+
+
+def _against(difference: float) -> str:
+    return f"{ms(abs(difference))} {'over' if difference >= 0 else 'under'}"
 
 
 def _journal_appends(ctx: Context, gap: float) -> list[float]:
