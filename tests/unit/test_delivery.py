@@ -559,19 +559,7 @@ def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_op
             dispatcher = Dispatcher(journal, Metrics(CollectorRegistry()), FAST)
             dispatcher.start()
             await asyncio.sleep(0.05)  # the courier has read the (empty) journal and waits
-            event = journal.append(
-                EventDraft(
-                    type=EventType.REVOKED,
-                    group_id="g",
-                    member_id="m",
-                    group_instance_id=None,
-                    generation_id=1,
-                    protocol="eager",
-                    partitions=(PartitionOffset("t", 0, None),),
-                    assignment=(),
-                    reason=None,
-                )
-            )  # journaled by the member thread; not announced yet
+            event = journal.append(revoked((0,)))  # by the member thread; not announced yet
             dispatcher.wake()  # woken by something else: another subscription's retry, ...
             await asyncio.sleep(0.3)
             assert app.received == []  # held back until announced
