@@ -43,7 +43,6 @@ from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar
 
 PARTITIONS = 24
-COMMANDS = 60
 LOAD_CONNECTIONS = 10
 
 
@@ -103,7 +102,7 @@ def run(ctx: Context) -> SectionResult:
         pid = sidecar.process.pid
         time.sleep(2.0)  # let the start-up settle (first statistics, webhook delivered)
         idle = observe(pid, 2 * ctx.sizes.window)
-        commands = _command_latencies(sidecar, topic)
+        commands = _command_latencies(sidecar, topic, ctx.sizes.idle_commands)
         loads: list[Load] = []
         url = f"http://127.0.0.1:{sidecar.port}/assignment"
         generator = threading.Thread(
@@ -188,7 +187,7 @@ def run(ctx: Context) -> SectionResult:
     return result
 
 
-def _command_latencies(sidecar: Sidecar, topic: str, count: int = COMMANDS) -> list[float]:
+def _command_latencies(sidecar: Sidecar, topic: str, count: int) -> list[float]:
     """``POST /commit`` of an owned partition at random phases against the poll loop."""
     owned = sidecar.assignment()["partitions"][0]
     body = {"offsets": [{"topic": topic, "partition": owned["partition"], "offset": 0}]}

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import httpx
 import structlog
 
 from sidecar.barrier import Barriers, parse_offsets
@@ -27,6 +26,7 @@ from sidecar.journal import Journal
 from sidecar.metrics import Metrics
 from sidecar.model import Delivery, DeliveryOutcome, Event, EventType, PartitionOffset, Subscription
 from sidecar.retry import RetryPolicy, retry_after_seconds
+from sidecar.webhook_http import PostFailed, WebhookClient
 
 log = structlog.get_logger("sidecar.delivery")
 
@@ -141,7 +141,7 @@ class Courier:
         subscription: Subscription,
         *,
         journal: Journal,
-        client: httpx.AsyncClient,
+        client: WebhookClient,
         policy: RetryPolicy,
         deliveries: DeliveryLog,
         ceiling: Callable[[], int] = lambda: 2**63 - 1,
@@ -150,7 +150,7 @@ class Courier:
         self._ceiling = ceiling  # the last sequence announced: read no further
         self.cursor = subscription.cursor  # kept here: no SQLite read of it per event
         self._journal = journal
-        self._client = client  # this subscription's own: one pool, nobody else's to scan
+        self._client = client  # this subscription's own connection
         self._policy = policy
         self._deliveries = deliveries
         self._wake = asyncio.Event()
@@ -168,7 +168,7 @@ class Courier:
         if self._task is not None:
             self._task.cancel()
             # A task cancelled before it ever ran never enters _serve's ``finally``: its
-            # client (a connection pool) would leak. Close it when the task is done.
+            # client (an open connection) would leak. Close it when the task is done.
             self._task.add_done_callback(self._close_client)
 
     def _close_client(self, task: asyncio.Task[None]) -> None:
@@ -319,22 +319,19 @@ class Courier:
         }
         started = time.perf_counter()
         try:
-            async with self._client.stream(
-                "POST",
+            answer = await self._client.post(
                 sub.url,
-                content=event.body,
-                headers=headers,
+                event.body,
+                headers,
                 timeout=sub.timeout_ms / 1000,
-                follow_redirects=False,
-            ) as response:
-                body = await _read_capped(response)
-                status = response.status_code
-                retry_after = retry_after_seconds(response.headers.get("retry-after"), time.time())
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            seconds = time.perf_counter() - started
-            return PostResult(None, f"{type(exc).__name__}: {exc}", None, b"", seconds)
+                cap=_MAX_RESPONSE_BYTES,
+            )
+        except PostFailed as exc:
+            return PostResult(None, str(exc), None, b"", time.perf_counter() - started)
+        status = answer.status
+        retry_after = retry_after_seconds(answer.retry_after, time.time())
         error = None if 200 <= status < 300 else f"HTTP {status}"
-        return PostResult(status, error, retry_after, body, time.perf_counter() - started)
+        return PostResult(status, error, retry_after, answer.body, time.perf_counter() - started)
 
     def _offsets(
         self, event: Event, attempt: int, result: PostResult
@@ -368,14 +365,3 @@ class Courier:
             sequence=event.sequence,
             error=reason,
         )
-
-
-async def _read_capped(response: httpx.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > _MAX_RESPONSE_BYTES:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)

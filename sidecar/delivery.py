@@ -4,8 +4,9 @@ The ``Dispatcher`` owns one ``Courier`` per active subscription (courier.py: the
 loop, the signing, the delivery log) and the open revoke barriers (barrier.py). It keeps
 the active subscriptions in memory, so the event path reads no subscription from SQLite:
 the registry tells it about every change (``add``/``remove``), and a courier marks its own
-subscription disabled on ``410``. Each courier has its own HTTP client: a shared one's
-connection pool is scanned on every request, which made each send O(subscribers).
+subscription disabled on ``410``. Each courier has its own HTTP client (webhook_http.py):
+one kept-alive connection; a shared pool was scanned on every request, which made each
+send O(subscribers).
 
 Revoked/lost events open a ``RevokeBarrier``: the consumer thread waits (see handoff.py)
 until every blocking subscriber acknowledged that event, or the barrier expires.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import httpx
 import structlog
 
 from sidecar.barrier import Barriers, RevokeBarrier, parse_offsets
@@ -26,6 +26,7 @@ from sidecar.journal import Journal
 from sidecar.metrics import Metrics
 from sidecar.model import DeliveryOutcome, Event, Subscription
 from sidecar.retry import RetryPolicy, retry_after_seconds
+from sidecar.webhook_http import WebhookClient
 
 __all__ = [
     "SECRET_PREFIX",
@@ -43,13 +44,9 @@ __all__ = [
 log = structlog.get_logger("sidecar.delivery")
 
 
-def subscriber_client() -> httpx.AsyncClient:
+def subscriber_client() -> WebhookClient:
     """One subscription's HTTP client: a courier sends one request at a time."""
-    return httpx.AsyncClient(
-        follow_redirects=False,
-        trust_env=False,
-        limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
-    )
+    return WebhookClient()
 
 
 class Dispatcher:
@@ -61,7 +58,7 @@ class Dispatcher:
         metrics: Metrics,
         policy: RetryPolicy,
         *,
-        client_factory: Callable[[], httpx.AsyncClient] = subscriber_client,
+        client_factory: Callable[[], WebhookClient] = subscriber_client,
     ) -> None:
         self._journal = journal
         self._policy = policy

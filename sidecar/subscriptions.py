@@ -24,7 +24,6 @@ from dataclasses import replace
 from typing import Literal
 from urllib.parse import urlsplit
 
-import httpx
 import structlog
 
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
@@ -32,6 +31,7 @@ from sidecar.errors import InvalidSubscription as InvalidSubscription  # re-expo
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
 from sidecar.settings import WebhookSpec
+from sidecar.webhook_http import parse_target
 
 log = structlog.get_logger("sidecar.subscriptions")
 
@@ -47,10 +47,6 @@ def check_url(url: str, allowed_hosts: Iterable[str]) -> str:
         raise InvalidSubscription("url: longer than 2048 characters")
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
         raise InvalidSubscription("url: must not contain spaces or control characters")
-    try:
-        httpx.URL(url)  # what will send to it must accept it, too
-    except httpx.InvalidURL as exc:
-        raise InvalidSubscription(f"url: not a valid URL ({exc})") from None
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -68,6 +64,10 @@ def check_url(url: str, allowed_hosts: Iterable[str]) -> str:
         )
     if parts.fragment:
         raise InvalidSubscription("url: must not have a #fragment")
+    try:
+        parse_target(url)  # what will send to it must accept it, too
+    except ValueError as exc:
+        raise InvalidSubscription(f"url: not a valid URL ({exc})") from None
     allowed = {h.lower() for h in allowed_hosts}
     if allowed and parts.hostname.lower() not in allowed:
         raise InvalidSubscription(

@@ -9,7 +9,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks import Webhook
@@ -30,6 +29,7 @@ from sidecar.model import (
 )
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, new_secret
+from sidecar.webhook_http import WebhookClient
 from tests.support.receiver import running
 from tests.support.sidecars import free_port
 
@@ -514,10 +514,10 @@ def test_a_courier_replaced_before_it_ever_ran_still_closes_its_http_client(
 
     async def main() -> None:
         journal = Journal(tmp_path, durable=False)
-        clients: list[httpx.AsyncClient] = []
+        clients: list[WebhookClient] = []
 
-        def client() -> httpx.AsyncClient:
-            clients.append(httpx.AsyncClient())
+        def client() -> WebhookClient:
+            clients.append(WebhookClient())
             return clients[-1]
 
         dispatcher = Dispatcher(journal, Metrics(CollectorRegistry()), FAST, client_factory=client)

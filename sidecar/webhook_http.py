@@ -1,0 +1,247 @@
+"""The courier's HTTP/1.1 client: one keep-alive connection, one POST at a time, on h11.
+
+A courier sends one request at a time to one URL, so it needs no pool, no redirects, no
+cookies, no auth flows and no proxy support: only a connection it reuses, a deadline on
+each request and a cap on what it reads back. h11 (the HTTP/1.1 state machine httpx
+itself is built on) parses and frames the messages; asyncio streams carry them. httpx
+costs ~0.58 ms of CPU per POST on the benchmark machine, this ~0.11 ms: with every member
+of a group delivering at the same instant, or one event going to 50 subscribers, that CPU
+is the event path's cost (docs/benchmarks.md, finding 11).
+
+TLS verifies against certifi's CA bundle, as httpx did. Registration refuses URLs with
+credentials, so none are ever sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from urllib.parse import quote, urlsplit
+
+import certifi
+import h11
+
+_READ_CHUNK = 65536
+# Characters a request target keeps as they are (RFC 3986 reserved, unreserved and '%').
+_SAFE = "/%:@!$&'()*+,;=-._~"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer: its status, its ``Retry-After`` header and at most ``cap`` bytes of
+    its body (``truncated`` when there was more)."""
+
+    status: int
+    retry_after: str | None
+    body: bytes
+    truncated: bool = False
+
+
+class PostFailed(Exception):
+    """No HTTP answer: the connection, TLS, the request or the deadline failed.
+
+    The message starts with the kind of failure (``ConnectError: ...``, ``Timeout: ...``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a POST goes: the connection and what the request line and Host header say."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # the request target: path and query, ASCII
+    authority: str  # the Host header, ASCII
+
+
+@lru_cache(maxsize=256)
+def parse_target(url: str) -> Target:
+    """``url`` as this client sends to it; ``ValueError`` when it cannot. Registration
+    (subscriptions.check_url) calls this too: a URL it accepts is one the courier can use.
+    Non-ASCII host names go out in IDNA, non-ASCII paths percent-encoded (as httpx did)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL with a host")
+    port = parts.port or (443 if parts.scheme == "https" else 80)  # ValueError if invalid
+    try:
+        host = parts.hostname.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise ValueError(f"host {parts.hostname!r} is not a valid host name ({exc})") from None
+    authority = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        authority += f":{parts.port}"
+    path = quote(parts.path or "/", safe=_SAFE) + (
+        "?" + quote(parts.query, safe=_SAFE + "?") if parts.query else ""
+    )
+    return Target(parts.scheme, host, port, path, authority)
+
+
+@cache
+def default_tls() -> ssl.SSLContext:
+    """Verify servers against certifi's CA bundle (what httpx did by default)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+class WebhookClient:
+    """POSTs to webhook URLs over one reused connection. Loop-side only, never shared:
+    each courier has its own (a request in flight owns the connection)."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls
+        self._key: tuple[str, str, int] | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._h11: h11.Connection | None = None
+        self.is_closed = False
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        timeout: float,
+        cap: int,
+    ) -> Answer:
+        """POST ``body``; the answer, or ``PostFailed``. Reads at most ``cap`` bytes of the
+        answer's body. ``timeout`` bounds the whole exchange, connecting included."""
+        if self.is_closed:
+            raise PostFailed("ClientClosed: the client was closed")
+        try:
+            target = parse_target(url)
+        except ValueError as exc:
+            raise PostFailed(f"InvalidURL: {exc}") from None
+        try:
+            async with asyncio.timeout(timeout):
+                reused = await self._connect(target)
+                try:
+                    return await self._exchange(target, body, headers, cap)
+                except _Stale:
+                    if not reused:
+                        raise
+                # The server closed the kept-alive connection before reading our request
+                # (an idle timeout on its side): nothing was processed, so send it again
+                # on a new connection.
+                await self._drop()
+                await self._connect(target)
+                return await self._exchange(target, body, headers, cap)
+        except PostFailed:
+            await self._drop()
+            raise
+        except TimeoutError:
+            await self._drop()
+            raise PostFailed(f"Timeout: no answer within {timeout:g} s") from None
+        except _Stale as exc:
+            await self._drop()
+            raise PostFailed(f"RemoteProtocolError: {exc}") from None
+        except (OSError, h11.ProtocolError, asyncio.IncompleteReadError) as exc:
+            await self._drop()
+            raise PostFailed(f"{_kind(exc)}: {exc or type(exc).__name__}") from None
+        except BaseException:
+            await self._drop()  # cancelled mid-exchange: the connection's state is unknown
+            raise
+
+    async def aclose(self) -> None:
+        self.is_closed = True
+        await self._drop()
+
+    async def _connect(self, target: Target) -> bool:
+        """Have a connection to ``target``; ``True`` when an open one is reused."""
+        key = (target.scheme, target.host, target.port)
+        if self._writer is not None and self._key == key and not self._writer.is_closing():
+            return True
+        await self._drop()
+        tls = None
+        if target.scheme == "https":
+            tls = self._tls or default_tls()
+        try:
+            self._reader, self._writer = await asyncio.open_connection(
+                target.host,
+                target.port,
+                ssl=tls,
+                server_hostname=target.host if tls else None,
+            )
+        except ssl.SSLError as exc:
+            raise PostFailed(f"TLSError: {exc}") from None
+        except OSError as exc:
+            raise PostFailed(f"ConnectError: {exc}") from None
+        self._key = key
+        self._h11 = h11.Connection(h11.CLIENT)
+        return False
+
+    async def _exchange(
+        self, target: Target, body: bytes, headers: dict[str, str], cap: int
+    ) -> Answer:
+        conn, reader, writer = self._h11, self._reader, self._writer
+        assert conn is not None and reader is not None and writer is not None
+        request = [
+            ("host", target.authority),
+            *headers.items(),
+            ("content-length", str(len(body))),
+        ]
+        writer.write(
+            conn.send(h11.Request(method="POST", target=target.path, headers=request))
+            + conn.send(h11.Data(data=body))
+            + conn.send(h11.EndOfMessage())
+        )
+        status, retry_after = 0, None
+        chunks: list[bytes] = []
+        size, truncated, answered = 0, False, False
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = await reader.read(_READ_CHUNK)
+                except ConnectionError as exc:
+                    if answered:
+                        raise
+                    raise _Stale(f"the connection failed before an answer: {exc}") from None
+                if not data and not answered:
+                    raise _Stale("the server closed the connection without an answer")
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Response):
+                answered = True
+                status = event.status_code
+                for name, value in event.headers:
+                    if name == b"retry-after":
+                        retry_after = value.decode("latin-1")
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > cap:
+                    truncated = True
+                    break
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                raise _Stale("the server closed the connection")
+            # h11.InformationalResponse (1xx): wait for the final answer
+        if truncated or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            await self._drop()  # not reusable: unread body, or "Connection: close"
+        else:
+            conn.start_next_cycle()
+        return Answer(status, retry_after, b"".join(chunks), truncated)
+
+    async def _drop(self) -> None:
+        writer, self._writer, self._reader, self._h11 = self._writer, None, None, None
+        if writer is None:
+            return
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+class _Stale(Exception):
+    """The connection ended before any answer came."""
+
+
+def _kind(exc: BaseException) -> str:
+    if isinstance(exc, h11.ProtocolError | asyncio.IncompleteReadError):
+        return "RemoteProtocolError"
+    if isinstance(exc, ssl.SSLError):
+        return "TLSError"
+    return "NetworkError"
