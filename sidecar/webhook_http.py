@@ -15,7 +15,6 @@ credentials, so none are ever sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -23,10 +22,9 @@ from urllib.parse import quote, urlsplit
 
 import certifi
 import h11
+import idna
 
 _READ_CHUNK = 65536
-# Characters a request target keeps as they are (RFC 3986 reserved, unreserved and '%').
-_SAFE = "/%:@!$&'()*+,;=-._~"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +59,31 @@ class Target:
 def parse_target(url: str) -> Target:
     """``url`` as this client sends to it; ``ValueError`` when it cannot. Registration
     (subscriptions.check_url) calls this too: a URL it accepts is one the courier can use.
-    Non-ASCII host names go out in IDNA, non-ASCII paths percent-encoded (as httpx did)."""
+    Non-ASCII host names go out in IDNA 2008, non-ASCII characters of the path and query
+    percent-encoded, the rest as written (as httpx did)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{url!r} is not an http(s) URL with a host")
-    port = parts.port or (443 if parts.scheme == "https" else 80)  # ValueError if invalid
-    try:
-        host = parts.hostname.encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise ValueError(f"host {parts.hostname!r} is not a valid host name ({exc})") from None
+    if parts.port == 0:  # ValueError too when it is not a port at all
+        raise ValueError("port 0 is not a port to send to")
+    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
+    host = parts.hostname
+    if not host.isascii():
+        try:  # IDNA 2008, as httpx: "faß.de" is xn--fa-hia.de, not fass.de
+            host = idna.encode(host.lower()).decode("ascii")
+        except idna.IDNAError as exc:
+            raise ValueError(f"host {parts.hostname!r} is not a valid host name ({exc})") from None
     authority = f"[{host}]" if ":" in host else host
     if parts.port is not None:
         authority += f":{parts.port}"
-    path = quote(parts.path or "/", safe=_SAFE) + (
-        "?" + quote(parts.query, safe=_SAFE + "?") if parts.query else ""
-    )
+    path = _ascii(parts.path or "/") + (f"?{_ascii(parts.query)}" if parts.query else "")
     return Target(parts.scheme, host, port, path, authority)
+
+
+def _ascii(text: str) -> str:
+    """Percent-encode what is not ASCII and leave the rest as written (registration
+    refuses spaces and control characters)."""
+    return text if text.isascii() else "".join(c if c.isascii() else quote(c) for c in text)
 
 
 @cache
@@ -116,44 +123,31 @@ class WebhookClient:
             raise PostFailed(f"InvalidURL: {exc}") from None
         try:
             async with asyncio.timeout(timeout):
-                reused = await self._connect(target)
-                try:
-                    return await self._exchange(target, body, headers, cap)
-                except _Stale:
-                    if not reused:
-                        raise
-                # The server closed the kept-alive connection before reading our request
-                # (an idle timeout on its side): nothing was processed, so send it again
-                # on a new connection.
-                await self._drop()
                 await self._connect(target)
                 return await self._exchange(target, body, headers, cap)
         except PostFailed:
-            await self._drop()
+            self._drop()
             raise
         except TimeoutError:
-            await self._drop()
+            self._drop()
             raise PostFailed(f"Timeout: no answer within {timeout:g} s") from None
-        except _Stale as exc:
-            await self._drop()
-            raise PostFailed(f"RemoteProtocolError: {exc}") from None
         except (OSError, h11.ProtocolError, asyncio.IncompleteReadError) as exc:
-            await self._drop()
+            self._drop()
             raise PostFailed(f"{_kind(exc)}: {exc or type(exc).__name__}") from None
         except BaseException:
-            await self._drop()  # cancelled mid-exchange: the connection's state is unknown
+            self._drop()  # cancelled mid-exchange: the connection's state is unknown
             raise
 
     async def aclose(self) -> None:
         self.is_closed = True
-        await self._drop()
+        self._drop()
 
-    async def _connect(self, target: Target) -> bool:
-        """Have a connection to ``target``; ``True`` when an open one is reused."""
+    async def _connect(self, target: Target) -> None:
+        """Have a connection to ``target``: the kept-alive one when it is still idle."""
         key = (target.scheme, target.host, target.port)
-        if self._writer is not None and self._key == key and not self._writer.is_closing():
-            return True
-        await self._drop()
+        if self._key == key and self._idle():
+            return
+        self._drop()
         tls = None
         if target.scheme == "https":
             tls = self._tls or default_tls()
@@ -163,6 +157,7 @@ class WebhookClient:
                 target.port,
                 ssl=tls,
                 server_hostname=target.host if tls else None,
+                happy_eyeballs_delay=0.25,  # as anyio (httpx) did: IPv4 soon if IPv6 hangs
             )
         except ssl.SSLError as exc:
             raise PostFailed(f"TLSError: {exc}") from None
@@ -170,7 +165,21 @@ class WebhookClient:
             raise PostFailed(f"ConnectError: {exc}") from None
         self._key = key
         self._h11 = h11.Connection(h11.CLIENT)
-        return False
+
+    def _idle(self) -> bool:
+        """Is the kept-alive connection usable: open, and nothing came on it since the last
+        answer? A server that closed it (an idle timeout), or sent something unasked (a
+        408 before closing), is found here, before anything is sent: nothing is sent twice
+        and nothing stale is read as the answer. asyncio's reader has no public peek, so
+        this reads CPython's own fields (absent elsewhere: the connection counts as idle)."""
+        reader, writer = self._reader, self._writer
+        if reader is None or writer is None or writer.is_closing():
+            return False
+        return (
+            not reader.at_eof()
+            and not getattr(reader, "_eof", False)
+            and not getattr(reader, "_buffer", b"")
+        )
 
     async def _exchange(
         self, target: Target, body: bytes, headers: dict[str, str], cap: int
@@ -193,14 +202,10 @@ class WebhookClient:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                try:
-                    data = await reader.read(_READ_CHUNK)
-                except ConnectionError as exc:
-                    if answered:
-                        raise
-                    raise _Stale(f"the connection failed before an answer: {exc}") from None
+                data = await reader.read(_READ_CHUNK)
                 if not data and not answered:
-                    raise _Stale("the server closed the connection without an answer")
+                    raise PostFailed("RemoteProtocolError: the server closed the connection "
+                                     "without an answer")  # fmt: skip
                 conn.receive_data(data)
                 continue
             if isinstance(event, h11.Response):
@@ -218,25 +223,22 @@ class WebhookClient:
             elif isinstance(event, h11.EndOfMessage):
                 break
             elif isinstance(event, h11.ConnectionClosed):
-                raise _Stale("the server closed the connection")
+                raise PostFailed("RemoteProtocolError: the server closed the connection")
             # h11.InformationalResponse (1xx): wait for the final answer
         if truncated or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-            await self._drop()  # not reusable: unread body, or "Connection: close"
+            self._drop()  # not reusable: unread body, or "Connection: close"
         else:
             conn.start_next_cycle()
         return Answer(status, retry_after, b"".join(chunks), truncated)
 
-    async def _drop(self) -> None:
+    def _drop(self) -> None:
+        """Forget the connection at once: abort, never a graceful close. A graceful close
+        waits for the send buffer to drain (a server that stopped reading never lets it)
+        and, over TLS, for the server's close_notify (up to 30 s): past the deadline, and
+        after an answer that already came. httpcore closed the same way."""
         writer, self._writer, self._reader, self._h11 = self._writer, None, None, None
-        if writer is None:
-            return
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-
-
-class _Stale(Exception):
-    """The connection ended before any answer came."""
+        if writer is not None:
+            writer.transport.abort()
 
 
 def _kind(exc: BaseException) -> str:

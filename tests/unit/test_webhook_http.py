@@ -115,6 +115,71 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_duplica
     run(main)
 
 
+def test_nothing_is_sent_twice_when_the_server_fails_after_reading_the_request() -> None:
+    """The server read the POST (it may have acted on it), then died: a failure for the
+    courier to retry with its policy, never a quiet second copy from the client."""
+
+    async def dies_on_second(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        w.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await w.drain()
+        await s.read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\n")  # half a status line, then gone
+
+    async def main() -> None:
+        async with Server(dies_on_second) as server:
+            client = WebhookClient()
+            assert (await client.post(server.url, b"1", HEADERS, timeout=5, cap=10)).status == 204
+            with pytest.raises(PostFailed, match=r"^RemoteProtocolError: "):
+                await client.post(server.url, b"2", HEADERS, timeout=5, cap=10)
+            await client.aclose()
+            assert [body for _, body in server.requests] == [b"1", b"2"]
+
+    run(main)
+
+
+def test_what_a_server_says_unasked_on_an_idle_connection_is_not_the_next_answer() -> None:
+    async def times_out_idle(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await s.read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\r\n")
+        await w.drain()
+
+    async def main() -> None:
+        async with Server(times_out_idle) as server:
+            client = WebhookClient()
+            assert (await client.post(server.url, b"1", HEADERS, timeout=5, cap=10)).status == 200
+            await asyncio.sleep(0.3)
+            assert (await client.post(server.url, b"2", HEADERS, timeout=5, cap=10)).status == 200
+            await client.aclose()
+            assert server.connections == 2
+
+    run(main)
+
+
+def test_a_cancelled_post_of_a_body_nobody_reads_ends_at_once() -> None:
+    """Courier.stop() cancels mid-POST: the connection is aborted, not drained (a graceful
+    close waited for a send buffer the server never empties)."""
+
+    async def never_reads(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await asyncio.sleep(30)
+
+    async def main() -> None:
+        async with Server(never_reads) as server:
+            client = WebhookClient()
+            task = asyncio.create_task(
+                client.post(server.url, b"x" * (16 << 20), HEADERS, timeout=60, cap=10)
+            )
+            await asyncio.sleep(0.5)
+            task.cancel()
+            done, _ = await asyncio.wait([task], timeout=5)
+            assert done, "the cancelled POST was still closing its connection after 5 s"
+
+    run(main)
+
+
 def test_connection_close_and_a_capped_body_make_a_new_connection_next_time() -> None:
     async def closes_or_floods(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
         while True:
@@ -226,9 +291,15 @@ def test_non_ascii_hosts_and_paths_go_out_encoded() -> None:
                               timeout=5, cap=10)  # fmt: skip
             await client.aclose()
             assert server.requests[0][0].startswith(b"POST /h%C3%A9ok?x=1 HTTP/1.1\r\n")
-        target = parse_target("https://b\u00fccher.example/x")
+        target = parse_target("https://b\u00fccher.example/x?q=[1]|{2}")
         assert (target.authority, target.port) == ("xn--bcher-kva.example", 443)
+        assert target.path == "/x?q=[1]|{2}"  # ASCII goes as written
         assert parse_target("http://[::1]:8080/").authority == "[::1]:8080"
+        assert parse_target("http://fa\u00df.de/").host == "xn--fa-hia.de"  # IDNA 2008
+        for refused in ("http://\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com/",
+                        "http://127.0.0.1:0/"):  # fmt: skip
+            with pytest.raises(ValueError, match=r"not a valid host name|port 0"):
+                parse_target(refused)
 
     run(main)
 
@@ -264,5 +335,29 @@ def test_https_verifies_the_server_certificate(certificate: tuple[Path, Path]) -
             answer = await trusting.post(server.url, b"{}", HEADERS, timeout=5, cap=10)
             await trusting.aclose()
             assert (answer.status, answer.body) == (200, b"ok")
+
+    run(main)
+
+
+def test_an_https_server_that_never_answers_fails_at_the_deadline(
+    certificate: tuple[Path, Path],
+) -> None:
+    """Dropping a TLS connection never waits for the server's close_notify (asyncio's
+    graceful shutdown waits up to 30 s): the deadline is the deadline."""
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        async with Server(silent, tls=served) as server:
+            client = WebhookClient(tls=ssl.create_default_context(cafile=str(cert)))
+            started = time.monotonic()
+            with pytest.raises(PostFailed, match=r"^Timeout: "):
+                await client.post(server.url, b"{}", HEADERS, timeout=0.5, cap=10)
+            assert time.monotonic() - started < 10, "the drop waited for the TLS shutdown"
+            await client.aclose()
 
     run(main)
