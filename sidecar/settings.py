@@ -80,7 +80,12 @@ class WebhookSpec(BaseModel):
     events: tuple[str, ...] = EVENT_TYPES[:3]
     mode: Literal["blocking", "async"] = "blocking"
     secret: SecretStr  # required: the application must know it to verify signatures
-    timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+    timeout_ms: int = Field(
+        default=10_000,
+        ge=100,
+        le=300_000,
+        description="One deadline for the whole POST (connect, TLS, send, answer).",
+    )
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
 
 
