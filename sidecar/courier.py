@@ -129,10 +129,6 @@ class DeliveryLog:
         return False
 
 
-# Clients being closed after their courier was cancelled (a reference keeps the task alive).
-_CLOSING: set[asyncio.Future[None]] = set()
-
-
 class Courier:
     """Delivers one subscription's events, in order, one at a time. Loop-side only."""
 
@@ -169,13 +165,7 @@ class Courier:
             self._task.cancel()
             # A task cancelled before it ever ran never enters _serve's ``finally``: its
             # client (an open connection) would leak. Close it when the task is done.
-            self._task.add_done_callback(self._close_client)
-
-    def _close_client(self, task: asyncio.Task[None]) -> None:
-        if not self._client.is_closed:
-            closing = asyncio.ensure_future(self._client.aclose())
-            _CLOSING.add(closing)
-            closing.add_done_callback(_CLOSING.discard)
+            self._task.add_done_callback(lambda _: self._client.close())
 
     async def stopped(self) -> None:
         if self._task is not None:
@@ -203,7 +193,7 @@ class Courier:
                     )
                     await asyncio.sleep(_RESTART_AFTER_CRASH_SECONDS)
         finally:
-            await self._client.aclose()
+            self._client.close()
 
     async def _run(self) -> None:
         while self.subscription.disabled_reason is None:

@@ -138,7 +138,7 @@ class WebhookClient:
             self._drop()  # cancelled mid-exchange: the connection's state is unknown
             raise
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.is_closed = True
         self._drop()
 
@@ -175,11 +175,7 @@ class WebhookClient:
         reader, writer = self._reader, self._writer
         if reader is None or writer is None or writer.is_closing():
             return False
-        return (
-            not reader.at_eof()
-            and not getattr(reader, "_eof", False)
-            and not getattr(reader, "_buffer", b"")
-        )
+        return not getattr(reader, "_eof", False) and not getattr(reader, "_buffer", b"")
 
     async def _exchange(
         self, target: Target, body: bytes, headers: dict[str, str], cap: int

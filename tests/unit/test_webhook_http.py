@@ -71,6 +71,13 @@ async def answer_forever(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Se
         await w.drain()
 
 
+def deafen(writer: asyncio.StreamWriter) -> None:
+    """The server reads nothing more: not a request, not a TLS close_notify."""
+    transport = writer.transport
+    assert isinstance(transport, asyncio.ReadTransport)
+    transport.pause_reading()
+
+
 def run(main: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(main())  # type: ignore[arg-type]
 
@@ -82,7 +89,7 @@ def test_posts_reuse_one_connection_and_send_the_request_as_given() -> None:
             for _ in range(3):
                 answer = await client.post(server.url, b'{"a":1}', HEADERS, timeout=5, cap=100)
                 assert (answer.status, answer.body, answer.truncated) == (200, b"ok", False)
-            await client.aclose()
+            client.close()
             assert server.connections == 1
             head, body = server.requests[0]
             assert head.startswith(b"POST /hook?x=1 HTTP/1.1\r\n")
@@ -108,7 +115,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_duplica
             assert (await client.post(server.url, b"1", HEADERS, timeout=5, cap=10)).status == 204
             await asyncio.sleep(0.1)  # the server's close reaches us
             assert (await client.post(server.url, b"2", HEADERS, timeout=5, cap=10)).status == 204
-            await client.aclose()
+            client.close()
             assert [body for _, body in server.requests] == [b"1", b"2"]
             assert server.connections == 2
 
@@ -132,7 +139,7 @@ def test_nothing_is_sent_twice_when_the_server_fails_after_reading_the_request()
             assert (await client.post(server.url, b"1", HEADERS, timeout=5, cap=10)).status == 204
             with pytest.raises(PostFailed, match=r"^RemoteProtocolError: "):
                 await client.post(server.url, b"2", HEADERS, timeout=5, cap=10)
-            await client.aclose()
+            client.close()
             assert [body for _, body in server.requests] == [b"1", b"2"]
 
     run(main)
@@ -153,7 +160,7 @@ def test_what_a_server_says_unasked_on_an_idle_connection_is_not_the_next_answer
             assert (await client.post(server.url, b"1", HEADERS, timeout=5, cap=10)).status == 200
             await asyncio.sleep(0.3)
             assert (await client.post(server.url, b"2", HEADERS, timeout=5, cap=10)).status == 200
-            await client.aclose()
+            client.close()
             assert server.connections == 2
 
     run(main)
@@ -199,7 +206,7 @@ def test_connection_close_and_a_capped_body_make_a_new_connection_next_time() ->
             assert big.truncated and len(big.body) <= 1000 and big.status == 200
             again = await client.post(server.url, b"close", HEADERS, timeout=5, cap=100)
             assert again.body == b"bye"
-            await client.aclose()
+            client.close()
             assert server.connections == 3
 
     run(main)
@@ -220,7 +227,7 @@ def test_retry_after_chunked_bodies_and_interim_answers_are_read() -> None:
         async with Server(interim) as server:
             client = WebhookClient()
             answer = await client.post(server.url, b"{}", HEADERS, timeout=5, cap=100)
-            await client.aclose()
+            client.close()
             assert (answer.status, answer.retry_after, answer.body) == (503, "7", b"abcde")
 
     run(main)
@@ -238,7 +245,7 @@ def test_the_deadline_bounds_a_server_that_never_answers() -> None:
             with pytest.raises(PostFailed, match=r"^Timeout: no answer within 0.3 s"):
                 await client.post(server.url, b"{}", HEADERS, timeout=0.3, cap=100)
             assert time.monotonic() - started < 10  # bounded, not hung (generous: shared CI)
-            await client.aclose()
+            client.close()
 
     run(main)
 
@@ -262,7 +269,7 @@ def test_a_broken_answer_is_a_failure_and_is_not_sent_again(reply: bytes, kind: 
             client = WebhookClient()
             with pytest.raises(PostFailed, match=f"^{kind}: "):
                 await client.post(server.url, b"{}", HEADERS, timeout=5, cap=100)
-            await client.aclose()
+            client.close()
             assert len(server.requests) == 1  # the server had it: the courier decides
 
     run(main)
@@ -275,7 +282,7 @@ def test_nothing_listening_is_a_connect_error_and_a_closed_client_refuses() -> N
             await client.post("http://127.0.0.1:9/hook", b"{}", HEADERS, timeout=5, cap=10)
         with pytest.raises(PostFailed, match=r"^InvalidURL: "):
             await client.post("http://127.0.0.1:99999/", b"{}", HEADERS, timeout=5, cap=10)
-        await client.aclose()
+        client.close()
         assert client.is_closed
         with pytest.raises(PostFailed, match=r"^ClientClosed: "):
             await client.post("http://127.0.0.1:9/hook", b"{}", HEADERS, timeout=5, cap=10)
@@ -289,7 +296,7 @@ def test_non_ascii_hosts_and_paths_go_out_encoded() -> None:
             client = WebhookClient()
             await client.post(server.url.replace("/hook", "/h\u00e9ok"), b"{}", HEADERS,
                               timeout=5, cap=10)  # fmt: skip
-            await client.aclose()
+            client.close()
             assert server.requests[0][0].startswith(b"POST /h%C3%A9ok?x=1 HTTP/1.1\r\n")
         target = parse_target("https://b\u00fccher.example/x?q=[1]|{2}")
         assert (target.authority, target.port) == ("xn--bcher-kva.example", 443)
@@ -329,11 +336,11 @@ def test_https_verifies_the_server_certificate(certificate: tuple[Path, Path]) -
             untrusting = WebhookClient()  # certifi's bundle: a self-signed server is refused
             with pytest.raises(PostFailed, match=r"^TLSError: .*CERTIFICATE_VERIFY_FAILED"):
                 await untrusting.post(server.url, b"{}", HEADERS, timeout=5, cap=10)
-            await untrusting.aclose()
+            untrusting.close()
             assert server.requests == []
             trusting = WebhookClient(tls=ssl.create_default_context(cafile=str(cert)))
             answer = await trusting.post(server.url, b"{}", HEADERS, timeout=5, cap=10)
-            await trusting.aclose()
+            trusting.close()
             assert (answer.status, answer.body) == (200, b"ok")
 
     run(main)
@@ -348,16 +355,46 @@ def test_an_https_server_that_never_answers_fails_at_the_deadline(
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     served.load_cert_chain(cert, key)
 
-    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+    async def deaf(r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server) -> None:
+        deafen(w)
         await asyncio.sleep(60)
 
     async def main() -> None:
-        async with Server(silent, tls=served) as server:
+        async with Server(deaf, tls=served) as server:
             client = WebhookClient(tls=ssl.create_default_context(cafile=str(cert)))
             started = time.monotonic()
             with pytest.raises(PostFailed, match=r"^Timeout: "):
                 await client.post(server.url, b"{}", HEADERS, timeout=0.5, cap=10)
             assert time.monotonic() - started < 10, "the drop waited for the TLS shutdown"
-            await client.aclose()
+            client.close()
+
+    run(main)
+
+
+def test_an_answer_that_came_is_kept_when_the_tls_server_then_stops_reading(
+    certificate: tuple[Path, Path],
+) -> None:
+    """``Connection: close`` after a 200: dropping the connection must not wait for the
+    server's close_notify inside the deadline and turn the 200 into a timeout (a resend
+    of an acknowledged event)."""
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+
+    async def answers_then_deaf(
+        r: asyncio.StreamReader, w: asyncio.StreamWriter, s: Server
+    ) -> None:
+        await s.read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+        await w.drain()
+        deafen(w)
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        async with Server(answers_then_deaf, tls=served) as server:
+            client = WebhookClient(tls=ssl.create_default_context(cafile=str(cert)))
+            answer = await client.post(server.url, b"{}", HEADERS, timeout=1, cap=10)
+            client.close()
+            assert (answer.status, answer.body) == (200, b"ok")
 
     run(main)
