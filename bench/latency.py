@@ -8,8 +8,9 @@ get its partitions back (eager): one ``revoked`` (through the barrier) and one
 ``assigned`` per rebalance. Latency = receipt - the event's ``time``, which the sidecar
 stamps when the callback builds the event (same host, same clock).
 
-The floor, measured in the same run: a plain ``httpx.AsyncClient`` POST of the same bytes
-(signed beforehand) to the same receiver, one per subscriber, concurrently for 10 and 50;
+The floor, measured in the same run: a plain POST of the same bytes (signed beforehand,
+sent with the couriers' own HTTP client, ``sidecar.webhook_http``: the transport, not a
+slower library) to the same receiver, one per subscriber, concurrently for 10 and 50;
 and the durable journal append alone (the product's ``Journal`` on the same disk, fsync
 included), since every event is on disk before anyone is told. Both floors are taken the
 way events come: one at a time after quiet. An event reaches a receiver (and a disk) that
@@ -32,8 +33,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import httpx
-
 from bench.common import Context, SectionResult, Table, Target, compare, ms, percentile, ratio
 from bench.receiver import ReceiverProcess, Record
 from sidecar.delivery import sign
@@ -42,6 +41,7 @@ from sidecar.model import EventDraft, EventType, PartitionOffset
 from sidecar.subscriptions import new_secret
 from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar, wait_until
+from sidecar.webhook_http import WebhookClient
 
 SUBSCRIBERS = (1, 10, 50)
 CHUNK = 10  # rebalances (each after one baseline POST) between two collections
@@ -296,18 +296,15 @@ _BODY = json.dumps(
 
 
 class _PlainPoster:
-    """The floor: one plain ``httpx.AsyncClient`` on its own loop, kept open between chunks."""
+    """The floor: plain POSTs, one connection per receiver URL kept open between chunks,
+    sent with the HTTP client the product's couriers use (``sidecar.webhook_http``), so
+    the floor is the transport and not a slower client library."""
 
     def __init__(self, urls: list[str], secret: str) -> None:
         self._urls = urls
         self._secret = secret
         self._runner = asyncio.Runner()
-        limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
-        self._client = self._runner.run(self._open(limits))
-
-    @staticmethod
-    async def _open(limits: httpx.Limits) -> httpx.AsyncClient:
-        return httpx.AsyncClient(trust_env=False, limits=limits)
+        self._clients = [WebhookClient() for _ in urls]
 
     def post(self, body: bytes, count: int) -> dict[str, float]:
         """POST ``body`` ``count`` times to every URL; message id -> time just before."""
@@ -326,10 +323,14 @@ class _PlainPoster:
             }
             sent[message_id] = time.time()
             await asyncio.gather(
-                *(self._client.post(url, content=body, headers=headers) for url in self._urls)
+                *(
+                    client.post(url, body, headers, timeout=30, cap=1024)
+                    for client, url in zip(self._clients, self._urls, strict=True)
+                )
             )
         return sent
 
     def close(self) -> None:
-        self._runner.run(self._client.aclose())
+        for client in self._clients:
+            client.close()
         self._runner.close()
