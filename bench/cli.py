@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import shlex
@@ -200,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sizes": asdict(sizes),
                 "load_tool": load_tool,
                 "seconds": total.elapsed,
+                "finished": dt.datetime.now(dt.UTC).isoformat(),
                 "sections": [asdict(r) for r in results],
             },
             indent=2,
@@ -212,29 +214,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _render_again(raw: Path, output: Path) -> int:
     from bench.report import render
 
-    data = json.loads(raw.read_text())
-    results = [
-        SectionResult(
-            **{
-                **section,
-                "tables": [Table(**t) for t in section["tables"]],
-                "targets": [Target(**t) for t in section["targets"]],
-            }
-        )
-        for section in data["sections"]
-    ]
-    output.write_text(
-        render(
+    try:
+        data = json.loads(raw.read_text())
+        results = [
+            SectionResult(
+                **{
+                    **section,
+                    "tables": [Table(**t) for t in section["tables"]],
+                    "targets": [Target(**t) for t in section["targets"]],
+                }
+            )
+            for section in data["sections"]
+        ]
+        text = render(
             results,
             data["machine"],
             data["command"],
             Sizes(**data["sizes"]),
             data["load_tool"],
             data["seconds"],
+            finished=_finished(data, raw),
         )
-    )
+    except OSError as exc:
+        print(f"--render: cannot read {raw}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        print(f"--render: {raw} is not the raw JSON of a bench run ({exc!r})", file=sys.stderr)
+        return 2
+    output.write_text(text)
     print(f"bench: wrote {output} from {raw}")
     return 0
+
+
+def _finished(data: dict[str, object], raw: Path) -> dt.datetime:
+    """When the recorded run ended: as recorded, else (older files) when the file was written."""
+    recorded = data.get("finished")
+    if isinstance(recorded, str):
+        return dt.datetime.fromisoformat(recorded)
+    return dt.datetime.fromtimestamp(raw.stat().st_mtime, dt.UTC)
 
 
 @contextlib.contextmanager

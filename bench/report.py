@@ -30,8 +30,10 @@ def render(
     load_tool: str,
     seconds: float,
     findings: bool = True,
+    finished: dt.datetime | None = None,
 ) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    """The report; ``finished`` is when the run ended (now, unless re-rendering an old run)."""
+    when = (finished or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
     out: list[str] = ["# Benchmarks", "", INTRO]
     out += ["## Run", ""]
     out += [f"- command: `{command}` ({seconds:.0f} s, {when})"]

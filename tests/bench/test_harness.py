@@ -65,3 +65,21 @@ def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path
     for section in results["sections"]:
         assert f"## {section['title']}" in text
     assert "python -m bench --bootstrap" in text
+
+    # Rendered again from the raw JSON, the report keeps the recorded run's "Run" lines
+    # (when it finished, its sizes), not the time and sizes of the re-render.
+    results["finished"] = "2020-01-02T03:04:00+00:00"
+    raw.write_text(json.dumps(results))
+    again = tmp_path / "again.md"
+    redone = subprocess.run(
+        [sys.executable, "-m", "bench", "--render", str(raw), "--output", str(again)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert redone.returncode == 0, redone.stderr
+    run_line = next(line for line in again.read_text().splitlines() if "- command:" in line)
+    assert run_line.endswith(", 2020-01-02 03:04 UTC)"), run_line
+    assert "latency_events=20," in again.read_text()
