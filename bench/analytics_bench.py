@@ -57,10 +57,47 @@ class Measurement:
     form: str  # "parquet" or "jsonl"
     job_seconds: float
     rebalances: int
+    cpu_seconds: float | None = None  # the Spark JVM's CPU (local masters only)
 
     @property
     def events_per_second(self) -> float:
         return self.events / self.job_seconds
+
+
+class JvmCpu:
+    """CPU seconds of the session's JVM, from ``/proc``.
+
+    On a ``local`` master that JVM is driver and executors both, so its CPU is the whole
+    job's Spark work: a figure that other load on the machine inflates far less than
+    wall time (which includes waiting for a core). None elsewhere (executors are other
+    processes, maybe other hosts) or where ``/proc`` is missing.
+    """
+
+    def __init__(self, spark: SparkSession, master: str) -> None:
+        del spark  # started: its JVM is a child process of this one
+        self._stat: Path | None = None
+        if master.startswith("local"):
+            self._stat = next(iter(self._java_children()), None)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _java_children() -> list[Path]:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                command, rest = stat.read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            if command.endswith("(java") and int(rest.split()[1]) == os.getpid():
+                found.append(stat)
+        return found
+
+    def seconds(self) -> float | None:
+        if self._stat is None:
+            return None
+        # Fields after the command's closing parenthesis; utime and stime are 14 and 15.
+        fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._tick
 
 
 def fleet_file(workdir: Path, events: int, groups: int, seed: int) -> tuple[Path, float]:
@@ -93,15 +130,23 @@ def parse_list(text: str) -> list[int]:
 
 
 def curve(results: list[Measurement], form: str) -> str:
-    header = f"{'events':>10} {'job s':>8} {'events/s':>10} {'size ratio':>11} {'time ratio':>11}"
+    header = (
+        f"{'events':>10} {'job s':>8} {'events/s':>10} {'size ratio':>11} {'time ratio':>11}"
+        f" {'JVM CPU s':>10} {'events/CPU-s':>13} {'CPU ratio':>10}"
+    )
     lines = [f"from {form}:", header, "-" * len(header)]
     previous: Measurement | None = None
     for m in (r for r in results if r.form == form):
         size_ratio = f"{m.events / previous.events:.2f}" if previous else "-"
         time_ratio = f"{m.job_seconds / previous.job_seconds:.2f}" if previous else "-"
+        cpu = per_cpu = cpu_ratio = "-"
+        if m.cpu_seconds:
+            cpu, per_cpu = f"{m.cpu_seconds:.1f}", f"{m.events / m.cpu_seconds:,.0f}"
+            if previous and previous.cpu_seconds:
+                cpu_ratio = f"{m.cpu_seconds / previous.cpu_seconds:.2f}"
         lines.append(
             f"{m.events:>10,} {m.job_seconds:>8.1f} {m.events_per_second:>10,.0f} "
-            f"{size_ratio:>11} {time_ratio:>11}"
+            f"{size_ratio:>11} {time_ratio:>11} {cpu:>10} {per_cpu:>13} {cpu_ratio:>10}"
         )
         previous = m
     return "\n".join(lines)
@@ -310,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         jars=kafka_jars() if args.stream_rates else [],
     )
     spark.sparkContext.setLogLevel("ERROR")
+    jvm_cpu = JvmCpu(spark, args.master)
     report = not args.no_report
     warmup, _ = fleet_file(workdir, WARMUP_EVENTS, min(args.groups, 20), args.seed)
     warmup_parquet, _ = parquet_copy(spark, warmup)
@@ -329,11 +375,15 @@ def main(argv: list[str] | None = None) -> int:
             output = workdir / f"out-{size}-{form}"
             shutil.rmtree(output, ignore_errors=True)
             since_ms = int(time.time() * 1000)
+            cpu_before = jvm_cpu.seconds()
             result = run_batch(spark, [str(inputs[form])], output, report=report)
-            results.append(Measurement(size, form, result.seconds, result.rebalances))
+            cpu_after = jvm_cpu.seconds()
+            cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+            results.append(Measurement(size, form, result.seconds, result.rebalances, cpu))
             print(
-                f"{size:,} events from {form}: {result.seconds:.1f}s, "
-                f"{result.rebalances:,} rebalances",
+                f"{size:,} events from {form}: {result.seconds:.1f}s"
+                + (f" ({cpu:.1f} CPU-s in the JVM)" if cpu is not None else "")
+                + f", {result.rebalances:,} rebalances",
                 file=sys.stderr,
             )
             if args.stages:

@@ -83,6 +83,9 @@ for arg in "${job_args[@]}"; do
   fi
 done
 
-exec "$submit" "${submit_args[@]}" "${extra[@]}" \
+# Static settings of the job (sidecar/analytics/session.py STATIC_CONF) come first, so
+# a --conf given to this script overrides them; the time zone comes last: the tables
+# are defined in UTC.
+exec "$submit" --conf spark.sql.codegen.cache.maxEntries=2000 "${submit_args[@]}" "${extra[@]}" \
   --conf spark.sql.session.timeZone=UTC \
   "$REPO/sidecar/analytics/submit.py" "${job_args[@]}"

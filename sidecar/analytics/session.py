@@ -24,6 +24,10 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # The default 200 shuffle partitions is tuned for clusters, not for local[2].
     "spark.sql.shuffle.partitions": "16",
     "spark.ui.showConsoleProgress": "false",
+    # A batch job wants throughput, not short pauses: with the parallel collector the
+    # local JVM spent 4-14 % less CPU on the same run than with G1, the JVM's default
+    # (docs/analytics.md, third round). Executors on a cluster are the operator's to tune.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 # SQL settings the job's plans are written for, applied to every session the job
 # runs in (also under spark-submit, where they are set at run time): they are about
@@ -40,6 +44,21 @@ PLANNER_CONF: Mapping[str, str] = {
     # AQE may coalesce its partitions, and Spark then treats it as unpartitioned and
     # shuffles every aggregate and window over it again).
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "false",
+    # A window partition (one member's history, one partition's events) is buffered whole;
+    # past this many rows (Spark's default 4096) the buffer moves to a spillable sorter
+    # that copies every row again. Histories grow with the fleet's age: at 4M events
+    # many pass 4096, and the job spent ~10 % more CPU (docs/analytics.md, third round).
+    # 131,072 rows of ~300 bytes is ~40 MB per task before it spills.
+    "spark.sql.windowExec.buffer.in.memory.threshold": "131072",
+}
+# Static settings (fixed when the JVM's first session starts, so spark-submit gets them
+# as --conf from deploy/spark/submit.sh): as PLANNER_CONF, about the job, not the machine.
+STATIC_CONF: Mapping[str, str] = {
+    # Spark keeps 100 generated classes by default, fewer than the job's queries make, so
+    # a warm JVM (the next streaming trigger, a notebook, the benchmark) compiled them
+    # again and the JIT re-compiled them: 20-24 CPU-s of JIT per 4M-event run, 4-6 with
+    # this (docs/analytics.md, third round).
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 
@@ -79,6 +98,7 @@ def build_session(
     """A local session; jars and memory only apply if no JVM is running yet."""
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = dict(LOCAL_DEFAULTS)
+    settings.update(STATIC_CONF)
     settings.update(PLANNER_CONF)
     settings.update(conf or {})
     if jars:

@@ -227,3 +227,25 @@ def test_parquet_inputs_struct_and_json_data(spark: SparkSession, tmp_path: Path
         for r in rebalances
     ] == [(1, 0.0, 1, 0), (2, 2.0, 2, 1)]
     assert sum(r["duplicates"] for r in delivery) == len(events)
+
+
+def test_sessions_carry_the_jobs_settings(spark: SparkSession) -> None:
+    """build_session applies the static and the planner settings (the job's plans and
+    its speed rely on them, docs/analytics.md)."""
+    from sidecar.analytics.session import PLANNER_CONF, STATIC_CONF
+
+    for key, value in {**STATIC_CONF, **PLANNER_CONF}.items():
+        assert spark.conf.get(key) == value, key
+
+
+def test_submit_script_passes_the_static_settings_first() -> None:
+    """spark-submit fixes static settings before the job's code runs, so submit.sh passes
+    them, and before the operator's options so that an operator's --conf wins."""
+    from sidecar.analytics.session import STATIC_CONF
+
+    script = (Path(__file__).resolve().parents[2] / "deploy" / "spark" / "submit.sh").read_text()
+    launch = script[script.index('exec "$submit"') :]
+    operator_options = launch.index('"${submit_args[@]}"')
+    for key, value in STATIC_CONF.items():
+        passed = launch.find(f"--conf {key}={value}")
+        assert 0 <= passed < operator_options, key
