@@ -182,13 +182,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 say(f"  target {target.what}: {target.goal}: {target.measured} -> {verdict}")
     description["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     say(f"\nbench: done in {total.elapsed:.0f} s")
+    finished = dt.datetime.now(dt.UTC)
     if output is not None:
         from bench.report import render
 
         output.parent.mkdir(parents=True, exist_ok=True)
         findings = not set(chosen) <= OPT_IN  # bench/findings.md is about the main sections
         output.write_text(
-            render(results, description, command, sizes, load_tool, total.elapsed, findings)
+            render(
+                results,
+                description,
+                command,
+                asdict(sizes),
+                load_tool,
+                total.elapsed,
+                findings,
+                finished=finished,
+            )
         )
         say(f"bench: wrote {output}")
     raw: Path = args.json or args.work_dir / "last-run.json"
@@ -201,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sizes": asdict(sizes),
                 "load_tool": load_tool,
                 "seconds": total.elapsed,
-                "finished": dt.datetime.now(dt.UTC).isoformat(),
+                "finished": finished.isoformat(),
                 "sections": [asdict(r) for r in results],
             },
             indent=2,
@@ -226,22 +236,26 @@ def _render_again(raw: Path, output: Path) -> int:
             )
             for section in data["sections"]
         ]
-        text = render(
-            results,
-            data["machine"],
-            data["command"],
-            Sizes(**data["sizes"]),
-            data["load_tool"],
-            data["seconds"],
-            finished=_finished(data, raw),
-        )
+        recorded = (data["machine"], data["command"], dict(data["sizes"]), data["load_tool"])
+        seconds = float(data["seconds"])
+        finished = _finished(data, raw)
     except OSError as exc:
         print(f"--render: cannot read {raw}: {exc.strerror}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         print(f"--render: {raw} is not the raw JSON of a bench run ({exc!r})", file=sys.stderr)
         return 2
-    output.write_text(text)
+    machine, command, sizes, load_tool = recorded
+    # The sizes as recorded (a field added since is not shown with today's default), and
+    # bench/findings.md only with the main sections, as when the run wrote its report.
+    findings = not {r.key for r in results} <= OPT_IN
+    text = render(results, machine, command, sizes, load_tool, seconds, findings, finished=finished)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+    except OSError as exc:
+        print(f"--render: cannot write {output}: {exc.strerror}", file=sys.stderr)
+        return 2
     print(f"bench: wrote {output} from {raw}")
     return 0
 
@@ -250,7 +264,8 @@ def _finished(data: dict[str, object], raw: Path) -> dt.datetime:
     """When the recorded run ended: as recorded, else (older files) when the file was written."""
     recorded = data.get("finished")
     if isinstance(recorded, str):
-        return dt.datetime.fromisoformat(recorded)
+        when = dt.datetime.fromisoformat(recorded)
+        return when.astimezone(dt.UTC) if when.tzinfo else when.replace(tzinfo=dt.UTC)
     return dt.datetime.fromtimestamp(raw.stat().st_mtime, dt.UTC)
 
 

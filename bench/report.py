@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict
+from collections.abc import Mapping
 
-from bench.common import REPO, SectionResult, Sizes, Table
+from bench.common import REPO, SectionResult, Table
 
 # Kept by hand: what the numbers mean, what is ours, what to change. Included verbatim.
 FINDINGS = REPO / "bench" / "findings.md"
@@ -26,7 +26,7 @@ def render(
     results: list[SectionResult],
     machine: dict[str, str],
     command: str,
-    sizes: Sizes,
+    sizes: Mapping[str, object],
     load_tool: str,
     seconds: float,
     findings: bool = True,
@@ -37,7 +37,7 @@ def render(
     out: list[str] = ["# Benchmarks", "", INTRO]
     out += ["## Run", ""]
     out += [f"- command: `{command}` ({seconds:.0f} s, {when})"]
-    out += ["- sizes: " + ", ".join(f"{k}={v}" for k, v in asdict(sizes).items())]
+    out += ["- sizes: " + ", ".join(f"{k}={_size(v)}" for k, v in sizes.items())]
     out += [f"- HTTP load generator: {_load_tool(load_tool)}"]
     out += ["", "## Machine", "", *_table(Table(["", ""], [[k, v] for k, v in machine.items()]))]
     targets = [t for r in results for t in r.targets]
@@ -60,6 +60,11 @@ def render(
         if result.notes:
             out += [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _size(value: object) -> str:
+    """A size as the run's ``Sizes`` prints it (JSON turns its tuples into lists)."""
+    return str(tuple(value)) if isinstance(value, list) else str(value)
 
 
 def _handover() -> list[str]:
