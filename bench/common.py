@@ -31,6 +31,8 @@ class Sizes:
     # POST /commit when idle: enough for a p99 that is not just the largest sample (60 gave
     # the max, and the verdict swung with one slow broker round trip)
     idle_commands: int = 300
+    # HTTP: rounds of (sidecar, FastAPI, raw ASGI) windows, interleaved; medians reported
+    http_rounds: int = 3
 
     @classmethod
     def full(cls) -> Sizes:
@@ -47,6 +49,7 @@ class Sizes:
             assignment_sizes=(24, 100),
             journal_events=20_000,
             idle_commands=30,
+            http_rounds=1,
         )
 
 

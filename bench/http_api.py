@@ -1,11 +1,14 @@
 """Section 4: ``GET /assignment`` requests/s and latency on one worker.
 
 One sidecar with the shipped settings, stable in a group on a 24-partition topic (so its
-consumer thread polls alongside), takes keep-alive load from 32 connections for the
-window, after a 1 s warm-up. Baselines, each in its own process and served the way the
-daemon serves (``bench/baseline_app.py``): a one-route FastAPI app returning the same
-JSON document, and a raw ASGI app sending the same bytes (the server's ceiling). Load:
-see "Run" above; it shares the 2 cores with the server.
+consumer thread polls alongside), takes keep-alive load from 32 connections. Baselines,
+each in its own process and served the way the daemon serves (``bench/baseline_app.py``):
+a one-route FastAPI app returning the same JSON document, and a raw ASGI app sending the
+same bytes (the server's ceiling). All three run side by side and are measured in turn,
+in rounds (sidecar, FastAPI, raw ASGI; a 1 s warm-up before each window), so a change of
+load on the machine during the section falls on all of them alike; each figure is the
+median of its rounds (requests/s; the p50 and p99 of the round with the median rate).
+Load: see "Run" above; it shares the 2 cores with the server.
 """
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ def _measure(url: str, ctx: Context) -> Load:
     return run_load(url, ctx.sizes.window, CONNECTIONS, ctx.load_tool)
 
 
+def _rounds(ctx: Context) -> str:
+    count = ctx.sizes.http_rounds
+    return f"medians of {count} interleaved rounds" if count > 1 else "one round"
+
+
+def _median(loads: list[Load]) -> Load:
+    """The round with the median rate (its latencies go with it)."""
+    return sorted(loads, key=lambda load: load.requests_per_second)[len(loads) // 2]
+
+
 def run(ctx: Context) -> SectionResult:
     result = SectionResult(
         key="http",
@@ -36,20 +49,30 @@ def run(ctx: Context) -> SectionResult:
     root = ctx.work_dir / f"http-{uuid.uuid4().hex[:8]}"
     topic = create_topic(ctx.bootstrap, PARTITIONS)
     sidecar = shipped_sidecar(ctx.bootstrap, unique("bench-http"), topic, root / "sidecar", None)
+    apps: list[BaselineProcess] = []
+    rounds: dict[str, list[Load]] = {"sidecar": [], "fastapi": [], "asgi": []}
     try:
         start_timed(sidecar)
         body = root / "assignment.json"
         body.write_bytes(sidecar.client.get("/assignment").content)
-        ours = _measure(f"http://127.0.0.1:{sidecar.port}/assignment", ctx)
+        urls = {"sidecar": f"http://127.0.0.1:{sidecar.port}/assignment"}
+        for kind in ("fastapi", "asgi"):
+            apps.append(BaselineProcess(kind, body))
+            urls[kind] = f"http://127.0.0.1:{apps[-1].port}/assignment"
+        for number in range(1, ctx.sizes.http_rounds + 1):
+            for name, url in urls.items():
+                rounds[name].append(_measure(url, ctx))
+            ctx.say(
+                f"    round {number}: "
+                + ", ".join(f"{n} {r[-1].requests_per_second:,.0f}" for n, r in rounds.items())
+                + " req/s"
+            )
     finally:
         stop(sidecar)
-    baselines: dict[str, Load] = {}
-    for kind in ("fastapi", "asgi"):
-        app = BaselineProcess(kind, body)
-        try:
-            baselines[kind] = _measure(f"http://127.0.0.1:{app.port}/assignment", ctx)
-        finally:
+        for app in apps:
             app.stop()
+    ours = _median(rounds["sidecar"])
+    baselines = {kind: _median(rounds[kind]) for kind in ("fastapi", "asgi")}
     base = baselines["fastapi"]
     ctx.say(
         compare(
@@ -63,8 +86,8 @@ def run(ctx: Context) -> SectionResult:
     ctx.say(f"  raw ASGI ceiling: {baselines['asgi'].requests_per_second:,.0f} req/s")
     table = Table(
         ["server", "requests/s", "ratio to FastAPI baseline", "p50", "p99", "errors"],
-        caption=f"{CONNECTIONS} keep-alive connections, {max(1, round(ctx.sizes.window))} s, "
-        f"load generator: {ours.tool}.",
+        caption=f"{CONNECTIONS} keep-alive connections, {_rounds(ctx)} of "
+        f"{max(1, round(ctx.sizes.window))} s per server, load generator: {ours.tool}.",
     )
     for name, load in (
         ("sidecar `GET /assignment`", ours),
@@ -88,9 +111,9 @@ def run(ctx: Context) -> SectionResult:
             "GET /assignment, one worker",
             "≥ 0.8 x the bare ASGI app, same stack and load tool",
             f"{ours.requests_per_second:,.0f} vs {ceiling:,.0f} req/s "
-            f"({ratio(ours.requests_per_second, ceiling)}, p99 {ms(ours.p99)})",
+            f"({ratio(ours.requests_per_second, ceiling)}, p99 {ms(ours.p99)}; {_rounds(ctx)})",
             ours.requests_per_second >= 0.8 * ceiling,
         )
     )
-    result.raw = {"sidecar": ours.__dict__, **{k: v.__dict__ for k, v in baselines.items()}}
+    result.raw = {name: [load.__dict__ for load in loads] for name, loads in rounds.items()}
     return result
