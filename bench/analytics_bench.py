@@ -74,29 +74,24 @@ class JvmCpu:
     """
 
     def __init__(self, spark: SparkSession, master: str) -> None:
-        del spark  # started: its JVM is a child process of this one
         self._stat: Path | None = None
-        if master.startswith("local"):
-            self._stat = next(iter(self._java_children()), None)
+        # local, local[N], local[*]; not local-cluster[...], whose executors are other JVMs.
+        if master == "local" or master.startswith("local["):
+            jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j's view: the JVM's own pid
+            if jvm is not None:
+                stat = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat")
+                self._stat = stat if stat.exists() else None
         self._tick = os.sysconf("SC_CLK_TCK")
-
-    @staticmethod
-    def _java_children() -> list[Path]:
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                command, rest = stat.read_text().rsplit(")", 1)
-            except OSError:
-                continue
-            if command.endswith("(java") and int(rest.split()[1]) == os.getpid():
-                found.append(stat)
-        return found
 
     def seconds(self) -> float | None:
         if self._stat is None:
             return None
+        try:
+            text = self._stat.read_text()
+        except OSError:  # the JVM is gone
+            return None
         # Fields after the command's closing parenthesis; utime and stime are 14 and 15.
-        fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        fields = text.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self._tick
 
 

@@ -8,6 +8,8 @@ Kafka connector jars that ``scripts/spark-jars.sh`` cached in ``.cache/spark-jar
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,10 +26,6 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # The default 200 shuffle partitions is tuned for clusters, not for local[2].
     "spark.sql.shuffle.partitions": "16",
     "spark.ui.showConsoleProgress": "false",
-    # A batch job wants throughput, not short pauses: with the parallel collector the
-    # local JVM spent 4-14 % less CPU on the same run than with G1, the JVM's default
-    # (docs/analytics.md, third round). Executors on a cluster are the operator's to tune.
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 # SQL settings the job's plans are written for, applied to every session the job
 # runs in (also under spark-submit, where they are set at run time): they are about
@@ -44,19 +42,13 @@ PLANNER_CONF: Mapping[str, str] = {
     # AQE may coalesce its partitions, and Spark then treats it as unpartitioned and
     # shuffles every aggregate and window over it again).
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "false",
-    # A window partition (one member's history, one partition's events) is buffered whole;
-    # past this many rows (Spark's default 4096) the buffer moves to a spillable sorter
-    # that copies every row again. Histories grow with the fleet's age: at 4M events
-    # many pass 4096, and the job spent ~10 % more CPU (docs/analytics.md, third round).
-    # 131,072 rows of ~300 bytes is ~40 MB per task before it spills.
-    "spark.sql.windowExec.buffer.in.memory.threshold": "131072",
 }
 # Static settings (fixed when the JVM's first session starts, so spark-submit gets them
 # as --conf from deploy/spark/submit.sh): as PLANNER_CONF, about the job, not the machine.
 STATIC_CONF: Mapping[str, str] = {
     # Spark keeps 100 generated classes by default, fewer than the job's queries make, so
     # a warm JVM (the next streaming trigger, a notebook, the benchmark) compiled them
-    # again and the JIT re-compiled them: 20-24 CPU-s of JIT per 4M-event run, 4-6 with
+    # again and the JIT re-compiled them: 20-24 CPU-s of JIT per 4M-event run, 3-6 with
     # this (docs/analytics.md, third round).
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
@@ -86,6 +78,56 @@ def jar_paths(directory: Path | None) -> list[str]:
     return sorted(str(p) for p in directory.glob("*.jar"))
 
 
+# A batch job wants throughput, not short pauses: with the parallel collector the JVM the
+# job starts itself spent 4-16 % less CPU on the same run than with G1, the JVM's default
+# (docs/analytics.md, third round). Added to the driver's Java options only where nobody
+# chose a collector already; executors on a cluster are the operator's to tune.
+THROUGHPUT_COLLECTOR = "-XX:+UseParallelGC"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_CHOSEN_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+# Where the JVM picks up options besides the command line (the launcher passes these on).
+_JAVA_OPTION_VARIABLES = (
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "SPARK_SUBMIT_OPTS",
+)
+
+
+_PROPERTY = re.compile(r"\s*(?P<key>[^\s=:#!][^\s=:]*)(?:\s*[=:]\s*|\s+)(?P<value>.*)")
+
+
+def site_default(key: str, environ: Mapping[str, str]) -> str | None:
+    """``key`` from the ``spark-defaults.conf`` spark-submit would read, if set there."""
+    home = environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    directory = Path(environ.get("SPARK_CONF_DIR") or Path(home) / "conf")
+    try:
+        lines = (directory / "spark-defaults.conf").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        # Java properties: the key ends at whitespace, "=" or ":".
+        entry = _PROPERTY.match(line)
+        if entry and entry["key"] == key:
+            return entry["value"].strip()
+    return None
+
+
+def driver_java_options(
+    given: str | None, environ: Mapping[str, str], site: str | None
+) -> str | None:
+    """The driver's Java options with :data:`THROUGHPUT_COLLECTOR` added, or None to set
+    nothing: the caller's options (``given``) or else the site's (``spark-defaults.conf``)
+    are kept whole, and a collector chosen in them or in the JVM's option variables wins
+    (two collectors and the JVM refuses to start)."""
+    if any(_CHOSEN_COLLECTOR.search(environ.get(name, "")) for name in _JAVA_OPTION_VARIABLES):
+        return given
+    options = given if given is not None else site
+    if options is not None and _CHOSEN_COLLECTOR.search(options):
+        return given
+    return f"{options} {THROUGHPUT_COLLECTOR}" if options else THROUGHPUT_COLLECTOR
+
+
 def build_session(
     *,
     master: str = "local[*]",
@@ -107,6 +149,13 @@ def build_session(
         settings["spark.jars.packages"] = ",".join(packages)
     if driver_memory:
         settings["spark.driver.memory"] = driver_memory
+    java_options = driver_java_options(
+        settings.get(DRIVER_JAVA_OPTIONS),
+        os.environ,
+        site_default(DRIVER_JAVA_OPTIONS, os.environ),
+    )
+    if java_options is not None:
+        settings[DRIVER_JAVA_OPTIONS] = java_options
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

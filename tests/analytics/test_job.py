@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -236,6 +237,20 @@ def test_sessions_carry_the_jobs_settings(spark: SparkSession) -> None:
 
     for key, value in {**STATIC_CONF, **PLANNER_CONF}.items():
         assert spark.conf.get(key) == value, key
+
+
+def test_the_local_jvm_runs_the_throughput_collector(spark: SparkSession) -> None:
+    """The collector flag reaches the JVM (PySpark passes builder settings to spark-submit
+    before the JVM starts): its collectors are the parallel ones, not G1's."""
+    from sidecar.analytics.session import _JAVA_OPTION_VARIABLES
+
+    if any("GC" in os.environ.get(name, "") for name in _JAVA_OPTION_VARIABLES):
+        pytest.skip("a collector is chosen in the environment, which wins")
+    jvm = spark.sparkContext._jvm  # the JVM's own view of its collectors
+    assert jvm is not None
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {bean.getName() for bean in beans}
+    assert names == {"PS Scavenge", "PS MarkSweep"}, names
 
 
 def test_submit_script_passes_the_static_settings_first() -> None:
