@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bench",
         description="Measure what the sidecar costs against baselines measured in the same run "
         "(latency, rebalance cost, footprint, HTTP, journal). A full run takes about "
-        "13-15 minutes on 2 cores (the 30-member groups and the 1M-event journal are most "
+        "14-16 minutes on 2 cores (the 30-member groups and the 1M-event journal are most "
         "of it) and writes docs/benchmarks.md.",
         epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
         "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "

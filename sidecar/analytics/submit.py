@@ -4,7 +4,11 @@ spark-submit owns the master, the jars (``--jars`` / ``--packages`` for Kafka) a
 the memory settings; this only parses the job's own options:
 
     spark-submit --master spark://host:7077 --py-files sidecar.zip \\
+        --conf spark.sql.codegen.cache.maxEntries=2000 \\
         sidecar/analytics/submit.py --input kafka://broker:9092/fleet --output s3a://bucket/out
+
+The job's static settings (``session.STATIC_CONF``, here the codegen cache) must be on the
+command line, as above: they are fixed before this file runs. ``submit.sh`` adds them.
 """
 
 from __future__ import annotations
