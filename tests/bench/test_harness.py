@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.testkit.sidecars import REPO
+from tests.support.bench import bench_render
 
 pytestmark = pytest.mark.kafka
 
@@ -71,14 +72,7 @@ def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path
     results["finished"] = "2020-01-02T03:04:00+00:00"
     raw.write_text(json.dumps(results))
     again = tmp_path / "again.md"
-    redone = subprocess.run(
-        [sys.executable, "-m", "bench", "--render", str(raw), "--output", str(again)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    redone = bench_render(raw, again)
     assert redone.returncode == 0, redone.stderr
     run_line = next(line for line in again.read_text().splitlines() if "- command:" in line)
     assert run_line.endswith(", 2020-01-02 03:04 UTC)"), run_line

@@ -5,24 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from sidecar.testkit.sidecars import REPO
-
-
-def _bench_render(raw: Path, report: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", "--render", str(raw), "--output", str(report)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+from tests.support.bench import bench_render
 
 
 @pytest.mark.parametrize(
@@ -35,7 +22,7 @@ def test_render_refuses_what_is_not_a_run(tmp_path: Path, content: str | None) -
     if content is not None:
         raw.write_text(content)
     report = tmp_path / "report.md"
-    done = _bench_render(raw, report)
+    done = bench_render(raw, report)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("--render: ") and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
@@ -46,7 +33,7 @@ def _rendered(tmp_path: Path, run: dict[str, object]) -> str:
     raw = tmp_path / "run.json"
     raw.write_text(json.dumps(run))
     report = tmp_path / "out" / "report.md"  # a directory that does not exist yet
-    done = _bench_render(raw, report)
+    done = bench_render(raw, report)
     assert done.returncode == 0, done.stderr
     return report.read_text()
 
@@ -78,7 +65,7 @@ def test_render_of_an_older_file_uses_its_mtime(tmp_path: Path) -> None:
     raw.write_text(json.dumps(_run("latency")))
     os.utime(raw, (1_577_934_240, 1_577_934_240))  # 2020-01-02 03:04 UTC
     report = tmp_path / "report.md"
-    done = _bench_render(raw, report)
+    done = bench_render(raw, report)
     assert done.returncode == 0, done.stderr
     assert "(12 s, 2020-01-02 03:04 UTC)" in report.read_text()
 
