@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from pyspark.sql import SparkSession
 
 from bench.analytics_stages import read_event_log, slowest_stages, stage_table
@@ -65,34 +66,30 @@ class Measurement:
 
 
 class JvmCpu:
-    """CPU seconds of the session's JVM, from ``/proc``.
+    """CPU seconds (user + system) of the session's JVM.
 
     On a ``local`` master that JVM is driver and executors both, so its CPU is the whole
     job's Spark work: a figure that other load on the machine inflates far less than
     wall time (which includes waiting for a core). None elsewhere (executors are other
-    processes, maybe other hosts) or where ``/proc`` is missing.
+    processes, maybe other hosts).
     """
 
     def __init__(self, spark: SparkSession, master: str) -> None:
-        self._stat: Path | None = None
+        self._process: psutil.Process | None = None
         # local, local[N], local[*]; not local-cluster[...], whose executors are other JVMs.
         if master == "local" or master.startswith("local["):
             jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j's view: the JVM's own pid
             if jvm is not None:
-                stat = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat")
-                self._stat = stat if stat.exists() else None
-        self._tick = os.sysconf("SC_CLK_TCK")
+                self._process = psutil.Process(jvm.java.lang.ProcessHandle.current().pid())
 
     def seconds(self) -> float | None:
-        if self._stat is None:
+        if self._process is None:
             return None
         try:
-            text = self._stat.read_text()
-        except OSError:  # the JVM is gone
+            times = self._process.cpu_times()
+        except psutil.Error:  # the JVM is gone
             return None
-        # Fields after the command's closing parenthesis; utime and stime are 14 and 15.
-        fields = text.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self._tick
+        return times.user + times.system
 
 
 def fleet_file(workdir: Path, events: int, groups: int, seed: int) -> tuple[Path, float]:

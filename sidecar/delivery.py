@@ -38,15 +38,9 @@ __all__ = [
     "parse_offsets",
     "retry_after_seconds",
     "sign",
-    "subscriber_client",
 ]
 
 log = structlog.get_logger("sidecar.delivery")
-
-
-def subscriber_client() -> WebhookClient:
-    """One subscription's HTTP client: a courier sends one request at a time."""
-    return WebhookClient()
 
 
 class Dispatcher:
@@ -58,7 +52,7 @@ class Dispatcher:
         metrics: Metrics,
         policy: RetryPolicy,
         *,
-        client_factory: Callable[[], WebhookClient] = subscriber_client,
+        client_factory: Callable[[], WebhookClient] = WebhookClient,
     ) -> None:
         self._journal = journal
         self._policy = policy

@@ -242,10 +242,16 @@ def test_sessions_carry_the_jobs_settings(spark: SparkSession) -> None:
 def test_the_local_jvm_runs_the_throughput_collector(spark: SparkSession) -> None:
     """The collector flag reaches the JVM (PySpark passes builder settings to spark-submit
     before the JVM starts): its collectors are the parallel ones, not G1's."""
-    from sidecar.analytics.session import _JAVA_OPTION_VARIABLES
+    from sidecar.analytics.session import (
+        DRIVER_JAVA_OPTIONS,
+        THROUGHPUT_COLLECTOR,
+        driver_java_options,
+        site_default,
+    )
 
-    if any("GC" in os.environ.get(name, "") for name in _JAVA_OPTION_VARIABLES):
-        pytest.skip("a collector is chosen in the environment, which wins")
+    wanted = driver_java_options(None, os.environ, site_default(DRIVER_JAVA_OPTIONS, os.environ))
+    if wanted is None or THROUGHPUT_COLLECTOR not in wanted:
+        pytest.skip("a collector is chosen in the environment or the site's defaults: it wins")
     jvm = spark.sparkContext._jvm  # the JVM's own view of its collectors
     assert jvm is not None
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
