@@ -210,11 +210,12 @@ class Settings(BaseSettings):
         description="On SIGTERM: leave the group and stop within this; then a hard exit.",
     )
     poll_timeout_ms: int = Field(
-        default=25,
+        default=20,
         ge=10,
         le=1_000,
         description="`poll()` timeout; also the latency bound for commands (enforce, commit). "
-        "25 ms keeps an idle sidecar under 1 % of a core (docs/benchmarks.md).",
+        "20 ms keeps an idle sidecar under 0.5 % of a core with `POST /commit` answered "
+        "within 30 ms p99 (docs/benchmarks.md, finding 7).",
     )
     group_session_timeout_ms: int = Field(
         default=45_000,
