@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
         "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "
         "--output docs/handover.md). Without --bootstrap, a broker is started "
-        "with deploy/local/kafka.sh on --kafka-port (data in .cache/kafka-bench) and stopped "
+        "with deploy/local/kafka.sh on --kafka-port (empty at each start, data in "
+        ".cache/kafka-bench) and stopped "
         "afterwards. The document is written by a full run of every section, or wherever "
         "--output says.",
     )
@@ -284,6 +285,11 @@ def _broker(
     was_running = (
         subprocess.run([str(KAFKA_SH), "status"], env=env, capture_output=True).returncode == 0
     )
+    if not was_running:
+        # Every run starts from an empty broker: topics of earlier runs are never deleted,
+        # and after a few dozen runs their ~18,000 partitions outgrew the broker's heap
+        # (OutOfMemoryError in the middle of a run).
+        subprocess.run([str(KAFKA_SH), "reset"], env=env, capture_output=True, timeout=120)
     say(f"bench: starting a broker on 127.0.0.1:{port} (deploy/local/kafka.sh)")
     started = subprocess.run(
         [str(KAFKA_SH), "start"],

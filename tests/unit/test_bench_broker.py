@@ -1,0 +1,50 @@
+"""The broker the bench starts for itself starts empty: topics of earlier runs pile up
+otherwise (they are never deleted), and ~18,000 partitions outgrew the broker's heap in
+the middle of a full run. A broker the bench finds running is used as it is and kept."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+
+
+def _stub(tmp_path: Path, running: bool) -> Path:
+    """A kafka.sh that records its commands, answers ``status`` and prints an address."""
+    script = tmp_path / "kafka.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$1" >> "{tmp_path / "calls"}"\n'
+        f'if [ "$1" = status ]; then exit {0 if running else 3}; fi\n'
+        'if [ "$1" = start ]; then echo 127.0.0.1:1; fi\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls").read_text().split()
+
+
+@pytest.mark.parametrize(
+    ("running", "expected"),
+    [(False, ["status", "reset", "start", "stop"]), (True, ["status", "start"])],
+    ids=["started-by-the-bench", "already-running"],
+)
+def test_the_bench_broker_starts_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, running: bool, expected: list[str]
+) -> None:
+    monkeypatch.setattr(cli, "KAFKA_SH", _stub(tmp_path, running))
+    with cli._broker(None, 1, needed=True, say=lambda _: None) as address:
+        assert address == "127.0.0.1:1"
+    assert _calls(tmp_path) == expected
+
+
+def test_a_given_broker_is_never_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "KAFKA_SH", _stub(tmp_path, running=False))
+    with cli._broker("127.0.0.1:9", 1, needed=True, say=lambda _: None) as address:
+        assert address == "127.0.0.1:9"
+    assert not (tmp_path / "calls").exists()
