@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+
+from sidecar.testkit.sidecars import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools" / "bin"
@@ -40,12 +41,6 @@ SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_MS = 500
 COMMIT_INTERVAL_MS = 1000
 FLUSH_USERS = 200
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def new_secret() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,10 +28,44 @@ FAST_GROUP = {
 }
 
 
-def free_port() -> int:
+# Ports handed out by this process and perhaps not bound yet: never handed out twice.
+_HANDED_OUT: set[int] = set()
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST = 20_000
+
+
+def free_port(consecutive: int = 1, avoid: frozenset[int] = frozenset()) -> int:
+    """A port P on 127.0.0.1 such that P .. P + consecutive - 1 are free now.
+
+    Drawn below the kernel's ephemeral range, never from it (binding port 0 would): a
+    port from that range, once released, can be taken by any outgoing connection before
+    the process meant to listen on it binds it. With 60 members starting at once, a
+    sidecar exited with "Address already in use" that way and its group never formed.
+    ``avoid``: ports that belong to something not listening yet.
+    """
+    try:
+        ephemeral_low = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768
+    high = max(min(ephemeral_low, 32_768), _LOWEST + 1_000) - consecutive
+    rng = random.SystemRandom()
+    for _ in range(500):
+        port = rng.randrange(_LOWEST, high)
+        wanted = set(range(port, port + consecutive))
+        if wanted & (avoid | _HANDED_OUT) or not all(_bindable(p) for p in wanted):
+            continue
+        _HANDED_OUT.update(wanted)
+        return port
+    raise RuntimeError(f"no {consecutive} consecutive free port(s) on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class Sidecar:

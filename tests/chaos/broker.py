@@ -15,21 +15,18 @@ restart can bind them again.
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.sidecars import REPO
+from tests.support.sidecars import REPO, free_port
 from tests.support.toxiproxy import TEMPLATE, Proxy, Toxiproxy, copy_deploy, with_listeners
 
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 # Ports other sessions' brokers use: never ours (with their controller ports).
 RESERVED_PORTS = frozenset({29092, 29093, 39092, 39093, 49092, 49093})
-_HANDED_OUT: set[int] = set()
 
 
 class BrokerError(RuntimeError):
@@ -96,36 +93,13 @@ class Link:
         self._since = None
 
 
-def free_low_port() -> int:
-    """A free port below the kernel's ephemeral range (see ``free_port_pair``)."""
-    return free_port_pair()
-
-
 def free_port_pair() -> int:
     """A port P such that P (client listener) and P+1 (controller) are both free.
 
-    Drawn below the kernel's ephemeral range (outgoing connections take ports from
-    there, and the broker must be able to bind the same two ports again on restart).
+    Below the kernel's ephemeral range, as every port the testkit hands out: the broker
+    must be able to bind the same two ports again on restart.
     """
-    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20_000, min(low, 32_768) - 2)
-        if {port, port + 1} & (RESERVED_PORTS | _HANDED_OUT):
-            continue
-        if _free(port) and _free(port + 1):
-            _HANDED_OUT.update((port, port + 1))  # not bound yet: never hand it out twice
-            return port
-    raise BrokerError("no two consecutive free ports on 127.0.0.1")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return free_port(2, avoid=RESERVED_PORTS)
 
 
 class Broker:
@@ -162,7 +136,7 @@ class Broker:
             for index in range(links):
                 if toxiproxy is None:
                     raise BrokerError("links need a toxiproxy")
-                listen = free_low_port()
+                listen = free_port(avoid=RESERVED_PORTS)
                 proxy = toxiproxy.proxy(f"link-{port}-m{index}", f"127.0.0.1:{listen}")
                 self.links.append(Link(proxy))
                 listeners[f"LINK{index}"] = (listen, proxy.address)
