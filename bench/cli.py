@@ -40,6 +40,7 @@ NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
 # Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
 OPT_IN = {"handover"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
+BROKER_DATA = REPO / ".cache" / "kafka-bench"  # the broker the bench starts itself
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
 
 
@@ -277,19 +278,24 @@ def _broker(
     if given or not needed:
         yield given
         return
-    env = {
-        **os.environ,
-        "KAFKA_PORT": str(port),
-        "KAFKA_DATA_DIR": str(REPO / ".cache" / "kafka-bench"),
-    }
+    data = BROKER_DATA
+    env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_DATA_DIR": str(data)}
     was_running = (
         subprocess.run([str(KAFKA_SH), "status"], env=env, capture_output=True).returncode == 0
     )
     if not was_running:
         # Every run starts from an empty broker: topics of earlier runs are never deleted,
         # and after a few dozen runs their ~18,000 partitions outgrew the broker's heap
-        # (OutOfMemoryError in the middle of a run).
-        subprocess.run([str(KAFKA_SH), "reset"], env=env, capture_output=True, timeout=120)
+        # (OutOfMemoryError in the middle of a run). The last run's broker log is kept.
+        say(f"bench: emptying the bench's broker ({data}); its last log goes to {data}.last-log")
+        if (data / "log").is_dir():
+            shutil.rmtree(f"{data}.last-log", ignore_errors=True)
+            (data / "log").rename(f"{data}.last-log")
+        reset = subprocess.run(
+            [str(KAFKA_SH), "reset"], env=env, capture_output=True, text=True, timeout=120
+        )
+        if reset.returncode != 0:
+            raise SystemExit(f"kafka.sh reset failed:\n{reset.stderr[-4000:]}")
     say(f"bench: starting a broker on 127.0.0.1:{port} (deploy/local/kafka.sh)")
     started = subprocess.run(
         [str(KAFKA_SH), "start"],

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import httpx
 from playwright.sync_api import sync_playwright
+
+from sidecar.testkit.sidecars import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = [sys.executable, "-m", "sidecar", "demo", "--peers", "2"]
@@ -61,12 +62,6 @@ SETTLED_ON_THE_PAGE = """() =>
     && document.querySelectorAll(".cell").length > 0
     && document.querySelectorAll(".cell.unowned").length === 0
     && document.querySelectorAll("#timeline li.event").length >= 8"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def settled(base: str) -> bool:

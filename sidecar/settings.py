@@ -214,8 +214,8 @@ class Settings(BaseSettings):
         ge=10,
         le=1_000,
         description="`poll()` timeout; also the latency bound for commands (enforce, commit). "
-        "20 ms keeps an idle sidecar under 0.5 % of a core with `POST /commit` answered "
-        "within 30 ms p99 (docs/benchmarks.md, finding 7).",
+        "At 20 ms an idle sidecar used 0.25-0.40 % of a core on the 2-core bench machine, "
+        "with `POST /commit` p99 ~25 ms (docs/benchmarks.md, finding 7).",
     )
     group_session_timeout_ms: int = Field(
         default=45_000,

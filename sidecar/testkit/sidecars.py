@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +29,30 @@ FAST_GROUP = {
 }
 
 
-# Ports handed out by this process and perhaps not bound yet: never handed out twice.
-_HANDED_OUT: set[int] = set()
+# The fixed ports of the brokers the suite, the CI and the bench start (client port,
+# controller port): free while such a broker restarts, never to be handed out.
+RESERVED_PORTS = frozenset({29092, 29093, 39092, 39093, 49092, 49093})
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LOWEST = 20_000
+_PREFERRED_LOWEST = 20_000
+_LOWEST = 1_024
+_HANDED_OUT: set[int] = set()  # by this process, perhaps not bound yet: never twice
+_HANDING_OUT = threading.Lock()
+
+
+def ephemeral_low(source: Path = _EPHEMERAL) -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when unreadable)."""
+    try:
+        return int(source.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def port_band(ephemeral_start: int, consecutive: int = 1) -> range:
+    """Where ``free_port`` draws P from: below the ephemeral range, at most up to 32767,
+    from 20000 when that leaves at least 1,000 ports, else from 1024."""
+    top = min(ephemeral_start, 32_768)
+    bottom = _PREFERRED_LOWEST if top - _PREFERRED_LOWEST >= 1_000 else _LOWEST
+    return range(bottom, max(bottom, top - consecutive + 1))
 
 
 def free_port(consecutive: int = 1, avoid: frozenset[int] = frozenset()) -> int:
@@ -41,21 +62,24 @@ def free_port(consecutive: int = 1, avoid: frozenset[int] = frozenset()) -> int:
     port from that range, once released, can be taken by any outgoing connection before
     the process meant to listen on it binds it. With 60 members starting at once, a
     sidecar exited with "Address already in use" that way and its group never formed.
-    ``avoid``: ports that belong to something not listening yet.
+    Never one of ``RESERVED_PORTS``, nor of ``avoid`` (ports that belong to something not
+    listening yet), nor one this process handed out before.
     """
-    try:
-        ephemeral_low = int(_EPHEMERAL.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32_768
-    high = max(min(ephemeral_low, 32_768), _LOWEST + 1_000) - consecutive
+    band = port_band(ephemeral_low(), consecutive)
+    if not band:
+        raise RuntimeError(
+            f"no ports below the kernel's ephemeral range ({_EPHEMERAL}) to hand out"
+        )
     rng = random.SystemRandom()
-    for _ in range(500):
-        port = rng.randrange(_LOWEST, high)
-        wanted = set(range(port, port + consecutive))
-        if wanted & (avoid | _HANDED_OUT) or not all(_bindable(p) for p in wanted):
-            continue
-        _HANDED_OUT.update(wanted)
-        return port
+    with _HANDING_OUT:
+        taken = avoid | RESERVED_PORTS | _HANDED_OUT
+        for _ in range(500):
+            port = rng.choice(band)
+            wanted = set(range(port, port + consecutive))
+            if wanted & taken or not all(_bindable(p) for p in wanted):
+                continue
+            _HANDED_OUT.update(wanted)
+            return port
     raise RuntimeError(f"no {consecutive} consecutive free port(s) on 127.0.0.1")
 
 

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,18 +24,13 @@ from pathlib import Path
 
 import pyspark
 
+from sidecar.testkit.sidecars import free_port
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 LOOPBACK = "127.0.0.1"
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 EXECUTOR_MEMORY = "512m"  # must fit in WORKER_MEMORY, or the application gets no executor
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def cluster_env(work: Path) -> dict[str, str]:

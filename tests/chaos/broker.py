@@ -21,12 +21,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.sidecars import REPO, free_port
+from tests.support.sidecars import REPO, RESERVED_PORTS, free_port
 from tests.support.toxiproxy import TEMPLATE, Proxy, Toxiproxy, copy_deploy, with_listeners
 
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 # Ports other sessions' brokers use: never ours (with their controller ports).
-RESERVED_PORTS = frozenset({29092, 29093, 39092, 39093, 49092, 49093})
 
 
 class BrokerError(RuntimeError):
@@ -99,7 +98,7 @@ def free_port_pair() -> int:
     Below the kernel's ephemeral range, as every port the testkit hands out: the broker
     must be able to bind the same two ports again on restart.
     """
-    return free_port(2, avoid=RESERVED_PORTS)
+    return free_port(2)
 
 
 class Broker:
@@ -136,7 +135,7 @@ class Broker:
             for index in range(links):
                 if toxiproxy is None:
                     raise BrokerError("links need a toxiproxy")
-                listen = free_port(avoid=RESERVED_PORTS)
+                listen = free_port()
                 proxy = toxiproxy.proxy(f"link-{port}-m{index}", f"127.0.0.1:{listen}")
                 self.links.append(Link(proxy))
                 listeners[f"LINK{index}"] = (listen, proxy.address)

@@ -12,13 +12,14 @@ import pytest
 from bench import cli
 
 
-def _stub(tmp_path: Path, running: bool) -> Path:
-    """A kafka.sh that records its commands, answers ``status`` and prints an address."""
+def _stub(tmp_path: Path, running: bool, reset_fails: bool = False) -> Path:
+    """A kafka.sh that records its commands with the data directory it was given."""
     script = tmp_path / "kafka.sh"
     script.write_text(
         "#!/bin/sh\n"
-        f'echo "$1" >> "{tmp_path / "calls"}"\n'
+        f'echo "$1 $KAFKA_DATA_DIR" >> "{tmp_path / "calls"}"\n'
         f'if [ "$1" = status ]; then exit {0 if running else 3}; fi\n'
+        f'if [ "$1" = reset ]; then echo "cannot remove" >&2; exit {1 if reset_fails else 0}; fi\n'
         'if [ "$1" = start ]; then echo 127.0.0.1:1; fi\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -26,7 +27,16 @@ def _stub(tmp_path: Path, running: bool) -> Path:
 
 
 def _calls(tmp_path: Path) -> list[str]:
-    return (tmp_path / "calls").read_text().split()
+    return (tmp_path / "calls").read_text().splitlines()
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "kafka-bench"
+    (directory / "log").mkdir(parents=True)
+    (directory / "log" / "server.log").write_text("OutOfMemoryError\n")
+    monkeypatch.setattr(cli, "BROKER_DATA", directory)
+    return directory
 
 
 @pytest.mark.parametrize(
@@ -35,12 +45,32 @@ def _calls(tmp_path: Path) -> list[str]:
     ids=["started-by-the-bench", "already-running"],
 )
 def test_the_bench_broker_starts_empty(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, running: bool, expected: list[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    data: Path,
+    running: bool,
+    expected: list[str],
 ) -> None:
     monkeypatch.setattr(cli, "KAFKA_SH", _stub(tmp_path, running))
-    with cli._broker(None, 1, needed=True, say=lambda _: None) as address:
+    said: list[str] = []
+    with cli._broker(None, 1, needed=True, say=said.append) as address:
         assert address == "127.0.0.1:1"
-    assert _calls(tmp_path) == expected
+    assert _calls(tmp_path) == [f"{command} {data}" for command in expected]
+    kept = Path(f"{data}.last-log") / "server.log"
+    assert kept.exists() == (not running)  # the last run's broker log survives the reset
+    assert any("emptying" in line for line in said) == (not running)
+
+
+def test_a_failed_reset_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: Path
+) -> None:
+    monkeypatch.setattr(cli, "KAFKA_SH", _stub(tmp_path, running=False, reset_fails=True))
+    with (
+        pytest.raises(SystemExit, match=r"kafka\.sh reset failed:\ncannot remove"),
+        cli._broker(None, 1, needed=True, say=lambda _: None),
+    ):
+        pass
+    assert [call.split()[0] for call in _calls(tmp_path)] == ["status", "reset"]
 
 
 def test_a_given_broker_is_never_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

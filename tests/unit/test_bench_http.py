@@ -1,11 +1,14 @@
 """The HTTP section's verdict: the median of each round's own ratio, not a ratio of medians
-taken over different rounds (a slow moment must fall on both sides of a ratio)."""
+taken over different rounds (a slow moment must fall on both sides of a ratio), with the
+sidecar and the ceiling measured next to each other in every round."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench.http_api import round_ratio
+from bench.http_api import round_order, round_ratio
 from bench.loads import Load
 
 
@@ -25,6 +28,17 @@ def test_an_even_number_of_rounds_takes_the_middle_two() -> None:
     assert round_ratio([_load(8), _load(9)], [_load(10), _load(10)]) == pytest.approx(0.85)
 
 
-def test_one_round_is_its_ratio_and_a_dead_ceiling_counts_for_nothing() -> None:
+def test_one_round_is_its_ratio_and_no_ceiling_judges_nothing() -> None:
     assert round_ratio([_load(80)], [_load(100)]) == 0.8
-    assert round_ratio([_load(80)], [_load(0)]) == 0.0
+    assert math.isnan(round_ratio([_load(80)], [_load(0)]))
+    assert not round_ratio([_load(80)], [_load(0)]) >= 0.8  # the verdict: not met
+
+
+def test_the_sidecar_and_the_ceiling_are_always_measured_back_to_back() -> None:
+    orders = [round_order(number) for number in range(1, 5)]
+    for order in orders:
+        assert sorted(order) == ["asgi", "fastapi", "sidecar"]
+        assert abs(order.index("sidecar") - order.index("asgi")) == 1
+    firsts = [next(name for name in order if name in ("sidecar", "asgi")) for order in orders]
+    assert firsts == ["sidecar", "asgi", "sidecar", "asgi"]
+    assert [order[0] for order in orders] == ["sidecar", "fastapi", "sidecar", "fastapi"]
