@@ -55,15 +55,15 @@ def port_band(ephemeral_start: int, consecutive: int = 1) -> range:
     return range(bottom, max(bottom, top - consecutive + 1))
 
 
-def free_port(consecutive: int = 1, avoid: frozenset[int] = frozenset()) -> int:
+def free_port(consecutive: int = 1) -> int:
     """A port P on 127.0.0.1 such that P .. P + consecutive - 1 are free now.
 
     Drawn below the kernel's ephemeral range, never from it (binding port 0 would): a
     port from that range, once released, can be taken by any outgoing connection before
     the process meant to listen on it binds it. With 60 members starting at once, a
     sidecar exited with "Address already in use" that way and its group never formed.
-    Never one of ``RESERVED_PORTS``, nor of ``avoid`` (ports that belong to something not
-    listening yet), nor one this process handed out before.
+    Never one of ``RESERVED_PORTS``, nor one this process handed out before (perhaps not
+    bound yet).
     """
     band = port_band(ephemeral_low(), consecutive)
     if not band:
@@ -72,7 +72,7 @@ def free_port(consecutive: int = 1, avoid: frozenset[int] = frozenset()) -> int:
         )
     rng = random.SystemRandom()
     with _HANDING_OUT:
-        taken = avoid | RESERVED_PORTS | _HANDED_OUT
+        taken = RESERVED_PORTS | _HANDED_OUT
         for _ in range(500):
             port = rng.choice(band)
             wanted = set(range(port, port + consecutive))

@@ -25,7 +25,6 @@ from tests.support.sidecars import REPO, RESERVED_PORTS, free_port
 from tests.support.toxiproxy import TEMPLATE, Proxy, Toxiproxy, copy_deploy, with_listeners
 
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
-# Ports other sessions' brokers use: never ours (with their controller ports).
 
 
 class BrokerError(RuntimeError):

@@ -44,14 +44,18 @@ def test_ports_are_free_distinct_and_never_reserved() -> None:
         sock.bind(("127.0.0.1", ports[0]))  # free indeed
 
 
-def test_consecutive_ports_and_ports_to_avoid() -> None:
+def test_consecutive_ports() -> None:
     first = free_port(2)
     with socket.socket() as a, socket.socket() as b:
         a.bind(("127.0.0.1", first))
         b.bind(("127.0.0.1", first + 1))
-    band = port_band(ephemeral_low())
-    avoided = frozenset(band[: len(band) * 9 // 10])
-    assert free_port(avoid=avoided) not in avoided
+
+
+def test_reserved_ports_are_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    reserved = min(RESERVED_PORTS)
+    monkeypatch.setattr(sidecars, "port_band", lambda *_: range(reserved, reserved + 1))
+    with pytest.raises(RuntimeError, match="no 1 consecutive free port"):
+        free_port()
 
 
 def test_a_port_in_use_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
