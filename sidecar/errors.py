@@ -18,7 +18,8 @@ The tree (the HTTP status each maps to on the right)::
     │   ├── Stopping              the sidecar is stopping                            409
     │   └── MemberGone            the member thread has stopped                      409
     ├── MemberBusy                the member thread did not take the command in time 503
-    ├── CommitFailed              Kafka refused the commit                           503
+    ├── KafkaRefused              librdkafka refused the member's call               503
+    │   └── CommitFailed          Kafka refused the commit                           503
     ├── DeadlinePassed            the awaited change did not happen in time          504
     └── StatusError               names its own status (``sidecar.api.ApiError``)  (any)
 
@@ -123,7 +124,11 @@ class MemberBusy(SidecarError, TimeoutError):
     """
 
 
-class CommitFailed(SidecarError, RuntimeError):
+class KafkaRefused(SidecarError, RuntimeError):
+    """librdkafka raised on the member's call (a rejoin after a fatal error, say)."""
+
+
+class CommitFailed(KafkaRefused):
     pass
 
 
@@ -149,7 +154,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (RequestRefused, 400),  # a caller's mistake without a more precise status
     (MemberRefused, 409),
     (MemberBusy, 503),
-    (CommitFailed, 503),
+    (KafkaRefused, 503),
     (DeadlinePassed, 504),
 )
 
@@ -168,7 +173,7 @@ def http_headers(error: SidecarError) -> dict[str, str]:
     """Headers the status needs: the auth scheme for 401, when to retry for 503."""
     if isinstance(error, Unauthorized):
         return {"WWW-Authenticate": error.challenge}
-    if isinstance(error, MemberBusy | CommitFailed):
+    if isinstance(error, MemberBusy | KafkaRefused):
         return {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return {}
 
@@ -183,6 +188,7 @@ __all__ = [
     "DeadlinePassed",
     "Forbidden",
     "InvalidSubscription",
+    "KafkaRefused",
     "MemberBusy",
     "MemberGone",
     "MemberRefused",

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
+from sidecar.errors import KafkaRefused, MemberGone
 from sidecar.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
 from sidecar.handoff import Command, Handoff, PendingCommand
 from sidecar.journal import Journal
@@ -273,10 +274,28 @@ class GroupMember:
             result = self._execute(pending.command)
         except Exception as exc:
             if not pending.future.done():
-                pending.future.set_exception(exc)
+                pending.future.set_exception(self._command_error(pending.command, exc))
         else:
             if not pending.future.done():
                 pending.future.set_result(result)
+
+    def _command_error(self, command: Command[Any], exc: Exception) -> Exception:
+        """What the command's caller is told: a domain error, never a bare exception.
+
+        A journal that failed is the same fail stop as in a callback; Kafka refusing the
+        call (librdkafka raising) is Kafka's answer, for the caller to retry."""
+        if isinstance(exc, JournalFailed):
+            self._listener.failing(str(exc))
+            return MemberGone(f"the group member stopped: {exc}")
+        if isinstance(exc, KafkaException):
+            self._log.warning(
+                "Kafka refused a command", command=type(command).__name__, error=str(exc)
+            )
+            error = exc.args[0] if exc.args else exc
+            return KafkaRefused(
+                f"Kafka refused it: {error.str() if isinstance(error, KafkaError) else error}"
+            )
+        return exc
 
     def _execute(self, command: Command[Any]) -> Any:
         if isinstance(command, Commit):
@@ -308,7 +327,11 @@ class GroupMember:
             return EnforceResult(self._core.generation, started=False)
         self._handoff.announce(self._listener.record(draft))
         assert self._consumer is not None
-        self._restore_subscription_at = rejoin(self._consumer, self._settings, self._subscribe)
+        try:
+            self._restore_subscription_at = rejoin(self._consumer, self._settings, self._subscribe)
+        except KafkaException:
+            self._core.enforce_refused()  # a retry must start one, not "join" this one
+            raise
         self._metrics.enforced.labels("started").inc()
         self._log.info("enforce-rebalance: rejoining the group", reason=reason)
         return EnforceResult(self._core.generation, started=True)

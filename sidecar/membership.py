@@ -238,6 +238,11 @@ class Membership:
         self._enforced_at = self._rebalance_started = now
         return EnforceOutcome.STARTED, self._draft(EventType.REBALANCE_REQUESTED, (), reason)
 
+    def enforce_refused(self) -> None:
+        """Kafka refused the rejoin ``enforce`` started: nothing is under way to join."""
+        self._enforce_reason = None
+        self._rebalance_started = None
+
     def check_commit(
         self, offsets: Iterable[PartitionOffset], generation_id: int | None = None
     ) -> None:

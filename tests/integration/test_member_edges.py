@@ -4,6 +4,7 @@ generation, a journal that fails (fail stop)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -13,13 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
-from sidecar.handoff import Handoff
+from sidecar.commands import EnforceRebalance, Leave
+from sidecar.errors import MemberGone, SidecarError, http_status
+from sidecar.handoff import Command, Handoff
 from sidecar.journal import Journal
 from sidecar.member import JOURNAL_FAILED_EXIT, GroupMember
 from sidecar.metrics import Metrics, StateSources
-from sidecar.model import Assignment, Event, EventDraft, MemberState
+from sidecar.model import Assignment, Event, EventDraft, EventType, MemberState
 from sidecar.settings_sources import load_settings
 from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
@@ -159,3 +163,108 @@ def test_the_default_fail_stop_exits_the_process_non_zero() -> None:
         timeout=60,
     )
     assert done.returncode == JOURNAL_FAILED_EXIT == 70
+
+
+class FailingOnRequest(Journal):
+    """A journal whose disk fails when the enforce command journals its request."""
+
+    def append(self, draft: EventDraft) -> Event:
+        if draft.type is EventType.REBALANCE_REQUESTED:
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().append(draft)
+
+
+class UnsubscribeRefused(Consumer):
+    """A consumer whose unsubscribe() fails, as librdkafka's does after a fatal error."""
+
+    def unsubscribe(self) -> None:
+        raise KafkaException(KafkaError(KafkaError._FATAL, "fenced by a newer instance"))
+
+
+def _member_answering(
+    settings_env: dict[str, str], command: Command[Any], times: int = 1, **member_options: Any
+) -> tuple[list[Exception | None], list[str], Assignment]:
+    """Start a member, wait until it is stable, submit ``command`` ``times`` times: what
+    each raised, the fail stops it asked for, and its last snapshot."""
+    stops: list[str] = []
+
+    async def main() -> tuple[list[Exception | None], Assignment]:
+        loop = asyncio.get_running_loop()
+        handoff = Handoff(
+            loop, Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+        )
+        member = GroupMember(
+            load_settings(settings_env),
+            handoff,
+            Metrics(CollectorRegistry()),
+            StateSources(pending_events=lambda: 0),
+            fail_stop=stops.append,
+            **member_options,
+        )
+        member.start()
+        stable = await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
+        assert stable is not None, "the member never became stable"
+        raised: list[Exception | None] = []
+        for _ in range(times):
+            try:
+                await handoff.submit(command, timeout=30)
+            except Exception as exc:  # what it raised is the result
+                raised.append(exc)
+            else:
+                raised.append(None)
+        with contextlib.suppress(MemberGone):  # a member that failed stop is gone already
+            await handoff.submit(Leave("test over"), timeout=60)
+        assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        return raised, handoff.snapshot
+
+    raised, final = asyncio.run(main())
+    return raised, stops, final
+
+
+def _edge_settings(kafka_bootstrap: str, group_id: str, topic: str, data: Path) -> dict[str, str]:
+    return {
+        "SIDECAR_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SIDECAR_GROUP_ID": group_id,
+        "SIDECAR_TOPICS": topic,
+        "SIDECAR_DATA_DIR": str(data),
+        "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+    }
+
+
+def test_a_journal_that_fails_on_an_enforce_stops_the_member_and_refuses_the_command(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The enforce command's request cannot be journaled: the same fail stop as in a
+    callback (not a member that runs on, unable to journal), and the caller gets a domain
+    error (an HTTP 4xx), not an exception the API would turn into a 500."""
+    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    (raised,), stops, final = _member_answering(
+        env,
+        EnforceRebalance("test"),
+        journal_factory=lambda d: FailingOnRequest(d, durable=True),
+    )
+    assert isinstance(raised, SidecarError), repr(raised)
+    assert 400 <= http_status(raised) < 500
+    assert "journal append failed: disk I/O error" in raised.message
+    assert len(stops) == 1 and "journal append failed: disk I/O error" in stops[0]
+    assert final.error is not None and "journal append failed" in final.error
+
+
+def test_a_command_kafka_refuses_is_a_domain_error(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """librdkafka refuses the rejoin (unsubscribe() raises): the caller is told Kafka
+    refused it (503, retry), the member runs on, the request stays journaled, and a retry
+    tries again (it does not "join" the rebalance that never started)."""
+    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    raised, stops, _ = _member_answering(
+        env, EnforceRebalance("test"), times=2, consumer_factory=UnsubscribeRefused
+    )
+    for error in raised:
+        assert isinstance(error, SidecarError), repr(error)
+        assert http_status(error) == 503
+        assert "fenced by a newer instance" in error.message
+    assert stops == []
+    types = [e.type for e in Journal(tmp_path, durable=False).events_after(0, 100)]
+    assert types.count(EventType.REBALANCE_REQUESTED) == 2

@@ -29,7 +29,9 @@ from sidecar.components import Components, build_components
 from sidecar.errors import (
     BadRequest,
     DeadlinePassed,
+    KafkaRefused,
     MemberBusy,
+    MemberGone,
     SidecarError,
     StaleGeneration,
     StartupError,
@@ -166,6 +168,32 @@ def test_commit_names_its_generation_and_a_stale_one_is_409(tmp_path: Path) -> N
         assert isinstance(command, Commit) and command.generation_id == 3
         invalid = await client.post("/commit", json={**COMMIT, "generation_id": "seven"})
         assert invalid.status_code == 422
+
+    run(tmp_path, scenario)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "retry_after"),
+    [
+        (KafkaRefused("Kafka refused it: fenced by a newer instance"), 503, "1"),
+        (MemberGone("the group member stopped: journal append failed: disk I/O error"), 409, None),
+    ],
+)
+def test_a_command_the_member_could_not_run_is_its_domain_status(
+    tmp_path: Path, error: SidecarError, status: int, retry_after: str | None
+) -> None:
+    """What the member thread answers a command that Kafka refused or that failed the
+    journal (``GroupMember._command_error``) reaches the caller as its status and message."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        member = ScriptedMember(runtime.handoff, error)
+        try:
+            answer = await client.post("/enforce-rebalance", json={"reason": "now"})
+        finally:
+            member.stop()
+        assert answer.status_code == status, answer.text
+        assert answer.json() == {"error": error.message}
+        assert answer.headers.get("retry-after") == retry_after
 
     run(tmp_path, scenario)
 
@@ -358,6 +386,7 @@ def test_every_domain_error_maps_to_a_deliberate_status() -> None:
     assert unmapped == []
     assert http_status(BadRequest("x")) == 400
     assert http_status(MemberBusy("x")) == 503
+    assert http_status(KafkaRefused("x")) == 503
     assert http_status(DeadlinePassed("x")) == 504
 
 

@@ -182,6 +182,17 @@ def test_an_enforce_that_never_completed_stops_coalescing_and_giving_its_reason(
     assert core.enforce("new", now=later)[0] is EnforceOutcome.STARTED
 
 
+def test_an_enforce_kafka_refused_is_not_joined_by_the_next_one() -> None:
+    core = member("eager")
+    core.identify("m1", 1)
+    core.assigned((po(0),), now=1.0)
+    core.enforce("first", now=2.0)
+    core.enforce_refused()
+    assert core.reason(2.1) is None
+    outcome, draft = core.enforce("retry", now=2.1)
+    assert outcome is EnforceOutcome.STARTED and draft is not None and draft.reason == "retry"
+
+
 def test_leaving_overrides_a_stale_enforce_reason() -> None:
     core = member("cooperative")
     core.identify("m1", 1)
