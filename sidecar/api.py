@@ -11,15 +11,24 @@ The routers live in ``sidecar.web``; every domain error is mapped to its status 
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sidecar.errors import SidecarError, StatusError, http_body, http_headers, http_status
+from sidecar.errors import (
+    JournalUnavailable,
+    SidecarError,
+    StatusError,
+    http_body,
+    http_headers,
+    http_status,
+)
 from sidecar.web import admin, assignment, control, events, probes, webhooks
 from sidecar.web.group import group_router
 from sidecar.web.limits import BodyLimit
@@ -28,6 +37,8 @@ from sidecar.web.runtime import COMMAND_TIMEOUT_SECONDS, Runtime, errors
 
 MAX_BODY_BYTES = 64 * 1024
 VERSION = "0.1.0"
+
+log = structlog.get_logger("sidecar.api")
 
 
 def create_app(runtime: Runtime, *, command_timeout: float = COMMAND_TIMEOUT_SECONDS) -> FastAPI:
@@ -77,6 +88,17 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
+
+    @app.exception_handler(sqlite3.Error)
+    async def journal_failed(request: Request, exc: sqlite3.Error) -> JSONResponse:
+        # The disk under the journal, not the request: one line in the log, no traceback.
+        log.error(
+            "journal failed under a request",
+            method=request.method,
+            path=request.url.path,
+            error=str(exc),
+        )
+        return await domain_error(request, JournalUnavailable(f"the journal failed: {exc}"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

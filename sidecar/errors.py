@@ -20,6 +20,7 @@ The tree (the HTTP status each maps to on the right)::
     ├── MemberBusy                the member thread did not take the command in time 503
     ├── KafkaRefused              librdkafka refused the member's call               503
     │   └── CommitFailed          Kafka refused the commit                           503
+    ├── JournalUnavailable        the journal (SQLite) failed under a request        503
     ├── DeadlinePassed            the awaited change did not happen in time          504
     └── StatusError               names its own status (``sidecar.api.ApiError``)  (any)
 
@@ -132,6 +133,10 @@ class CommitFailed(KafkaRefused):
     pass
 
 
+class JournalUnavailable(SidecarError):
+    """SQLite failed under an API request (disk full, I/O error, read-only volume)."""
+
+
 class DeadlinePassed(SidecarError):
     pass
 
@@ -155,6 +160,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (MemberRefused, 409),
     (MemberBusy, 503),
     (KafkaRefused, 503),
+    (JournalUnavailable, 503),
     (DeadlinePassed, 504),
 )
 
@@ -173,7 +179,7 @@ def http_headers(error: SidecarError) -> dict[str, str]:
     """Headers the status needs: the auth scheme for 401, when to retry for 503."""
     if isinstance(error, Unauthorized):
         return {"WWW-Authenticate": error.challenge}
-    if isinstance(error, MemberBusy | KafkaRefused):
+    if isinstance(error, MemberBusy | KafkaRefused | JournalUnavailable):
         return {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return {}
 
@@ -188,6 +194,7 @@ __all__ = [
     "DeadlinePassed",
     "Forbidden",
     "InvalidSubscription",
+    "JournalUnavailable",
     "KafkaRefused",
     "MemberBusy",
     "MemberGone",

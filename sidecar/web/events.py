@@ -43,7 +43,7 @@ def parse_last_event_id(value: str) -> int:
             "content": {"text/event-stream": {}, "application/json": {}},
             "description": "SSE stream, or JSON history with Accept: application/json",
         },
-        **errors(400),
+        **errors(400, 503),
     },
 )
 async def events(

@@ -75,7 +75,8 @@ _DESCRIPTIONS = {
     409: "Conflicts with the member's state",
     413: "Body too large",
     422: "Invalid request",
-    503: "The member is busy (retry after `Retry-After` seconds) or Kafka refused",
+    503: "The member is busy, Kafka refused, or the journal failed (retry after "
+    "`Retry-After` seconds)",
     504: "Did not happen before the deadline",
 }
 

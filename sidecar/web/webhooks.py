@@ -15,7 +15,7 @@ from sidecar.web.runtime import RuntimeDep, errors
 router = APIRouter(tags=["webhooks"])
 
 
-@router.get("/webhooks", response_model=list[WebhookOut])
+@router.get("/webhooks", response_model=list[WebhookOut], responses=errors(503))
 async def list_webhooks(runtime: RuntimeDep) -> list[dict[str, Any]]:
     return [sub.public() for sub in runtime.registry.list()]
 
@@ -25,7 +25,7 @@ async def list_webhooks(runtime: RuntimeDep) -> list[dict[str, Any]]:
     status_code=201,
     response_model=WebhookCreatedOut,
     dependencies=MayMutate,
-    responses=errors(401, 403),
+    responses=errors(401, 403, 503),
 )
 async def create_webhook(runtime: RuntimeDep, body: WebhookIn) -> dict[str, Any]:
     """Register a webhook. The secret (generated `whsec_...` when not given) is returned
@@ -40,7 +40,7 @@ async def create_webhook(runtime: RuntimeDep, body: WebhookIn) -> dict[str, Any]
     return {**sub.public(), "secret": sub.secret}
 
 
-@router.get("/webhooks/{webhook_id}", response_model=WebhookOut, responses=errors(404))
+@router.get("/webhooks/{webhook_id}", response_model=WebhookOut, responses=errors(404, 503))
 async def get_webhook(runtime: RuntimeDep, webhook_id: str) -> dict[str, Any]:
     sub = runtime.registry.get(webhook_id)
     if sub is None:
@@ -52,7 +52,7 @@ async def get_webhook(runtime: RuntimeDep, webhook_id: str) -> dict[str, Any]:
     "/webhooks/{webhook_id}",
     status_code=204,
     dependencies=MayMutate,
-    responses=errors(401, 403, 404),
+    responses=errors(401, 403, 404, 503),
 )
 async def delete_webhook(runtime: RuntimeDep, webhook_id: str) -> Response:
     if not runtime.registry.delete(webhook_id):
@@ -63,7 +63,7 @@ async def delete_webhook(runtime: RuntimeDep, webhook_id: str) -> Response:
 @router.get(
     "/webhooks/{webhook_id}/deliveries",
     response_model=list[DeliveryOut],
-    responses=errors(404),
+    responses=errors(404, 503),
 )
 async def deliveries(
     runtime: RuntimeDep,

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -491,5 +492,30 @@ def test_a_command_taken_but_not_finished_is_a_504_never_said_not_run(tmp_path: 
         assert answer.status_code == 504, answer.text
         assert "not run" not in answer.json()["error"]
         assert "still running" in answer.json()["error"]
+
+    run(tmp_path, scenario)
+
+
+def test_a_journal_the_api_cannot_write_is_a_503_not_a_500(tmp_path: Path) -> None:
+    """The disk under the journal fails (here: SQLite refuses writes, as on a read-only
+    or failed volume): a webhook registration is a 503 that says so, with Retry-After;
+    nothing half-registered; reads still answer."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        db = runtime.journal._db
+        runtime.journal._db = sqlite3.connect(
+            f"file:{runtime.journal.path}?mode=ro", uri=True, isolation_level=None
+        )
+        try:
+            answer = await client.post("/webhooks", json={"url": "http://127.0.0.1:9/hook"})
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["retry-after"] == "1"
+            assert answer.json()["error"].startswith("the journal failed: ")
+            assert "readonly database" in answer.json()["error"]
+            listed = await client.get("/webhooks")
+            assert listed.status_code == 200 and listed.json() == []
+        finally:
+            runtime.journal._db.close()
+            runtime.journal._db = db
 
     run(tmp_path, scenario)
