@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from prometheus_client import CollectorRegistry
 
 from sidecar.commands import EnforceRebalance, Leave
@@ -268,3 +269,71 @@ def test_a_command_kafka_refuses_is_a_domain_error(
     assert stops == []
     types = [e.type for e in Journal(tmp_path, durable=False).events_after(0, 100)]
     assert types.count(EventType.REBALANCE_REQUESTED) == 2
+
+
+class CountingCommittedReads(Consumer):
+    """A consumer that counts the sidecar's own committed-offset reads."""
+
+    reads = 0
+
+    def committed(self, *args: Any, **kwargs: Any) -> Any:
+        CountingCommittedReads.reads += 1
+        return super().committed(*args, **kwargs)
+
+
+def test_an_assignment_costs_one_offset_fetch_and_starts_at_the_committed_offsets(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The member reads the committed offsets and assigns the partitions *at* them, so
+    librdkafka sends no OffsetFetch of its own: every OffsetFetch request in librdkafka's
+    own statistics is one of the member's reads (it was two per assignment: the member's
+    and librdkafka's, on the coordinator and on the rebalance's path)."""
+    topic = topic_factory(PARTITIONS)
+    setup = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
+    setup.commit(
+        offsets=[KafkaTopicPartition(topic, p, 7 + p) for p in range(PARTITIONS)],
+        asynchronous=False,
+    )
+    setup.close()
+    env = {
+        **_edge_settings(kafka_bootstrap, group_id, topic, tmp_path),
+        "SIDECAR_STATISTICS_INTERVAL_MS": "200",
+    }
+    sources = StateSources(pending_events=lambda: 0)
+
+    async def main() -> tuple[Assignment, int]:
+        loop = asyncio.get_running_loop()
+        handoff = Handoff(
+            loop, Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+        )
+        member = GroupMember(
+            load_settings(env),
+            handoff,
+            Metrics(CollectorRegistry()),
+            sources,
+            consumer_factory=CountingCommittedReads,
+            fail_stop=lambda reason: None,
+        )
+        member.start()
+        stable = await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
+        assert stable is not None, "the member never became stable"
+        await asyncio.sleep(1.0)  # several statistics windows after the assignment
+        with sources.lock:
+            brokers = dict(sources.statistics.get("brokers") or {})
+        fetches = sum(int(b.get("req", {}).get("OffsetFetch", 0)) for b in brokers.values())
+        await handoff.submit(Leave("test over"), timeout=60)
+        assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        return stable, fetches
+
+    stable, fetches = asyncio.run(main())
+    assert CountingCommittedReads.reads == 1
+    assert fetches == CountingCommittedReads.reads, "librdkafka fetched offsets itself too"
+    assigned = [
+        e.cloudevent
+        for e in Journal(tmp_path, durable=False).events_after(0, 100)
+        if e.type is EventType.ASSIGNED
+    ]
+    assert [p["offset"] for p in assigned[0]["data"]["partitions"]] == [
+        7 + p for p in range(PARTITIONS)
+    ]
+    assert len(stable.partitions) == PARTITIONS
