@@ -182,6 +182,31 @@ class UnsubscribeRefused(Consumer):
         raise KafkaException(KafkaError(KafkaError._FATAL, "fenced by a newer instance"))
 
 
+async def _stable_member(
+    settings_env: dict[str, str],
+    sources: StateSources,
+    fail_stop: Callable[[str], None],
+    **member_options: Any,
+) -> tuple[GroupMember, Handoff, Assignment]:
+    """A member started on the running loop, once it is stable in the group."""
+    handoff = Handoff(
+        asyncio.get_running_loop(),
+        Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0),
+    )
+    member = GroupMember(
+        load_settings(settings_env),
+        handoff,
+        Metrics(CollectorRegistry()),
+        sources,
+        fail_stop=fail_stop,
+        **member_options,
+    )
+    member.start()
+    stable = await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
+    assert stable is not None, "the member never became stable"
+    return member, handoff, stable
+
+
 def _member_answering(
     settings_env: dict[str, str], command: Command[Any], times: int = 1, **member_options: Any
 ) -> tuple[list[Exception | None], list[str], Assignment]:
@@ -190,21 +215,9 @@ def _member_answering(
     stops: list[str] = []
 
     async def main() -> tuple[list[Exception | None], Assignment]:
-        loop = asyncio.get_running_loop()
-        handoff = Handoff(
-            loop, Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+        member, handoff, _ = await _stable_member(
+            settings_env, StateSources(pending_events=lambda: 0), stops.append, **member_options
         )
-        member = GroupMember(
-            load_settings(settings_env),
-            handoff,
-            Metrics(CollectorRegistry()),
-            StateSources(pending_events=lambda: 0),
-            fail_stop=stops.append,
-            **member_options,
-        )
-        member.start()
-        stable = await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
-        assert stable is not None, "the member never became stable"
         raised: list[Exception | None] = []
         for _ in range(times):
             try:
@@ -302,21 +315,9 @@ def test_an_assignment_costs_one_offset_fetch_and_starts_at_the_committed_offset
     sources = StateSources(pending_events=lambda: 0)
 
     async def main() -> tuple[Assignment, int]:
-        loop = asyncio.get_running_loop()
-        handoff = Handoff(
-            loop, Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+        member, handoff, stable = await _stable_member(
+            env, sources, lambda reason: None, consumer_factory=CountingCommittedReads
         )
-        member = GroupMember(
-            load_settings(env),
-            handoff,
-            Metrics(CollectorRegistry()),
-            sources,
-            consumer_factory=CountingCommittedReads,
-            fail_stop=lambda reason: None,
-        )
-        member.start()
-        stable = await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
-        assert stable is not None, "the member never became stable"
         await asyncio.sleep(1.0)  # several statistics windows after the assignment
         with sources.lock:
             brokers = dict(sources.statistics.get("brokers") or {})
