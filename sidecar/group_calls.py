@@ -109,23 +109,6 @@ def committed_offsets(
     return CommittedOffsets(tuple(sorted(found.values())), attempts, error if missing else None)
 
 
-def positions(
-    partitions: list[KafkaTopicPartition], offsets: tuple[PartitionOffset, ...]
-) -> list[KafkaTopicPartition]:
-    """``partitions`` to assign, each at its committed offset where one was read.
-
-    A partition without one (nothing committed, or unknown) keeps the callback's
-    "unset" offset, which makes librdkafka look the committed offset up itself.
-    """
-    known = {(po.topic, po.partition): po.offset for po in offsets if po.offset is not None}
-    return [
-        KafkaTopicPartition(p.topic, p.partition, known[(p.topic, p.partition)])
-        if (p.topic, p.partition) in known
-        else p
-        for p in partitions
-    ]
-
-
 def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
     """Commit synchronously; ``CommitFailed`` says which partitions failed and why."""
     request = [

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
-from sidecar.group_calls import commit_offsets, committed_offsets, positions, read_identity
+from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
 from sidecar.link import KafkaLink
@@ -82,25 +82,16 @@ class RebalanceListener:
 
     def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         started = time.perf_counter()
-        offsets: tuple[PartitionOffset, ...] | None = None
         try:
-            if self.failed is None:
-                offsets = self._committed(consumer, partitions)
-        except Exception:
-            self.log.exception("on_assign failed reading the committed offsets")
-        try:
-            # Assigned *at* the offsets just read: librdkafka has nothing to look up then
-            # (an assignment without offsets makes it send an OffsetFetch of its own,
-            # a second one per rebalance on the coordinator and on the member's path).
-            at = positions(partitions, offsets or ())
             if self._settings.cooperative:
-                consumer.incremental_assign(at)
+                consumer.incremental_assign(partitions)
             else:
-                consumer.assign(at)
+                consumer.assign(partitions)
             if partitions:
                 consumer.pause(partitions)
-            if offsets is None:
+            if self.failed is not None:
                 return
+            offsets = self._committed(consumer, partitions)
             self.read_identity(consumer)
             self.link.healthy()
             draft, completed = self._core.assigned(offsets, time.monotonic())

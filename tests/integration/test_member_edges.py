@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -284,24 +284,25 @@ def test_a_command_kafka_refuses_is_a_domain_error(
     assert types.count(EventType.REBALANCE_REQUESTED) == 2
 
 
-class CountingCommittedReads(Consumer):
-    """A consumer that counts the sidecar's own committed-offset reads."""
-
-    reads = 0
-
-    def committed(self, *args: Any, **kwargs: Any) -> Any:
-        CountingCommittedReads.reads += 1
-        return super().committed(*args, **kwargs)
+def _stable_after(generation: int) -> Callable[[Assignment], bool]:
+    return lambda a: a.generation_id > generation and a.state is MemberState.STABLE
 
 
-def test_an_assignment_costs_one_offset_fetch_and_starts_at_the_committed_offsets(
+def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
     topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """The member reads the committed offsets and assigns the partitions *at* them, so
-    librdkafka sends no OffsetFetch of its own: every OffsetFetch request in librdkafka's
-    own statistics is one of the member's reads (it was two per assignment: the member's
-    and librdkafka's, on the coordinator and on the rebalance's path)."""
+    """Membership only: on a topic with records and committed offsets, through four
+    assignments, the member reports the committed offsets and holds the partitions
+    paused, and librdkafka fetched no record at all (its own statistics, ``rxmsgs``).
+    Assigning the partitions at the offsets the member read, to spare librdkafka its own
+    lookup (one OffsetFetch per assignment instead of two), was tried: librdkafka then
+    starts fetching before the pause lands (thousands of records per rebalance here,
+    fetched and discarded)."""
     topic = topic_factory(PARTITIONS)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(4000):
+        producer.produce(topic, b"x" * 100, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
     setup = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
     setup.commit(
         offsets=[KafkaTopicPartition(topic, p, 7 + p) for p in range(PARTITIONS)],
@@ -314,27 +315,39 @@ def test_an_assignment_costs_one_offset_fetch_and_starts_at_the_committed_offset
     }
     sources = StateSources(pending_events=lambda: 0)
 
-    async def main() -> tuple[Assignment, int]:
-        member, handoff, stable = await _stable_member(
-            env, sources, lambda reason: None, consumer_factory=CountingCommittedReads
-        )
-        await asyncio.sleep(1.0)  # several statistics windows after the assignment
+    async def main() -> tuple[Assignment, dict[str, Any]]:
+        member, handoff, stable = await _stable_member(env, sources, lambda reason: None)
+        for _ in range(3):  # more assignments, more chances for a fetch to slip out
+            await handoff.submit(EnforceRebalance("again"), timeout=30)
+            again = await handoff.wait_until(_stable_after(stable.generation_id), 60)
+            assert again is not None, "the enforced rebalance did not complete"
+            stable = again
+        await asyncio.sleep(2.0)  # ten statistics windows after the last assignment
         with sources.lock:
-            brokers = dict(sources.statistics.get("brokers") or {})
-        fetches = sum(int(b.get("req", {}).get("OffsetFetch", 0)) for b in brokers.values())
+            statistics = dict(sources.statistics)
         await handoff.submit(Leave("test over"), timeout=60)
         assert await asyncio.to_thread(member.join, 60), "the member kept running"
-        return stable, fetches
+        return stable, statistics
 
-    stable, fetches = asyncio.run(main())
-    assert CountingCommittedReads.reads == 1
-    assert fetches == CountingCommittedReads.reads, "librdkafka fetched offsets itself too"
+    stable, statistics = asyncio.run(main())
+    assert len(stable.partitions) == PARTITIONS
+    assert statistics.get("rxmsgs") == 0, "librdkafka fetched records"
+    # That race is not lost every time; what keeps it from happening at all is that the
+    # partitions are assigned without offsets, so the fetcher starts only once librdkafka
+    # has looked the committed offsets up itself, long after the pause: it shows them.
+    looked_up = {
+        int(p): s["committed_offset"]
+        for p, s in statistics["topics"][topic]["partitions"].items()
+        if p != "-1"
+    }
+    assert looked_up == {p: 7 + p for p in range(PARTITIONS)}
     assigned = [
         e.cloudevent
         for e in Journal(tmp_path, durable=False).events_after(0, 100)
         if e.type is EventType.ASSIGNED
     ]
-    assert [p["offset"] for p in assigned[0]["data"]["partitions"]] == [
-        7 + p for p in range(PARTITIONS)
-    ]
-    assert len(stable.partitions) == PARTITIONS
+    assert len(assigned) == 4
+    for event in assigned:
+        assert [p["offset"] for p in event["data"]["partitions"]] == [
+            7 + p for p in range(PARTITIONS)
+        ]
