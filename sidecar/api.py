@@ -89,9 +89,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
 
-    @app.exception_handler(sqlite3.Error)
-    async def journal_failed(request: Request, exc: sqlite3.Error) -> JSONResponse:
-        # The disk under the journal, not the request: one line in the log, no traceback.
+    @app.exception_handler(sqlite3.OperationalError)
+    async def journal_failed(request: Request, exc: sqlite3.OperationalError) -> JSONResponse:
+        # The disk under the journal (full, I/O error, read-only, locked), not the request:
+        # one line in the log, no traceback. Other SQLite errors are bugs: a 500.
         log.error(
             "journal failed under a request",
             method=request.method,

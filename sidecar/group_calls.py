@@ -162,7 +162,10 @@ def rejoin(consumer: Consumer, settings: Settings, subscribe: Callable[..., None
     """
     if not settings.cooperative:
         consumer.unsubscribe()
-        subscribe()
+        try:
+            subscribe()
+        except KafkaException:
+            return time.monotonic()  # unsubscribed (the rejoin is under way): resubscribe
         return 0.0
     name = f"{ENFORCE_PATTERN}{uuid.uuid4().hex}"
     if settings.group_protocol == "consumer":

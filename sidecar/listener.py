@@ -295,6 +295,8 @@ class RebalanceListener:
 
     def failing(self, reason: str) -> None:
         """Fail stop: no more callbacks journal; the member's loop ends; the process exits."""
+        if self.failed is not None:
+            return
         self.failed = reason
         self.link.error = reason
         self.publish()

@@ -21,6 +21,7 @@ answers again, rejoins with a new consumer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -39,7 +40,7 @@ from sidecar.journal import Journal
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
-from sidecar.model import EventType, PartitionOffset
+from sidecar.model import EventType, MemberState, PartitionOffset
 from sidecar.settings import Settings
 
 __all__ = ["JOURNAL_FAILED_EXIT", "GroupMember", "JournalFailed", "generation_of"]
@@ -51,10 +52,16 @@ _IDENTITY_CHECK_SECONDS = 0.5
 JOURNAL_FAILED_EXIT = 70  # EX_SOFTWARE
 # While Kafka looks unreachable, ask it for metadata this often to notice it is back.
 _CONTACT_PROBE_SECONDS = 5.0
+# A subscription that could not be restored is tried again after this long.
+_RESUBSCRIBE_SECONDS = 1.0
+# A fail stop leaves the loop this long to send the answers already given (a command's
+# 409) before the process exits.
+_EXIT_GRACE_SECONDS = 0.2
 
 
 def _exit_process(reason: str) -> None:
     log.critical("failing stop: exiting the process", reason=reason, code=JOURNAL_FAILED_EXIT)
+    time.sleep(_EXIT_GRACE_SECONDS)
     os._exit(JOURNAL_FAILED_EXIT)
 
 
@@ -101,6 +108,8 @@ class GroupMember:
         self._next_contact_probe = 0.0
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
+        # Subscribed again by an enforce (or its restore) and not yet stable since.
+        self._rejoining = False
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
 
@@ -171,13 +180,13 @@ class GroupMember:
                         self._publish()
                     self._probe_contact(consumer, now)
                 if self._restore_subscription_at and now >= self._restore_subscription_at:
-                    self._restore_subscription_at = 0.0
-                    if self._consumer is not None:
-                        self._subscribe()
+                    self._restore_subscription()
                 if self._leaving.is_set() or self._consumer is None:
                     break
                 # Partitions are paused: poll() serves callbacks, it returns no records.
                 message = consumer.poll(timeout)
+                if self._rejoining and self._core.state is MemberState.STABLE:
+                    self._rejoining = False
                 error = message.error() if message is not None else None
                 if error is not None and ENFORCE_PATTERN not in error.str():
                     self._listener.on_error(error)
@@ -194,12 +203,31 @@ class GroupMember:
             on_lost=self._listener.on_lost,
         )
 
+    def _restore_subscription(self) -> None:
+        self._restore_subscription_at = 0.0
+        if self._consumer is None:
+            return
+        try:
+            self._subscribe()
+            self._rejoining = True
+        except KafkaException as exc:  # not a crash of the member thread: again shortly
+            self._log.warning("restoring the subscription failed", error=str(exc))
+            self._restore_subscription_at = time.monotonic() + _RESUBSCRIBE_SECONDS
+
     def _close(self, reason: str) -> None:
         consumer = self._consumer
         if consumer is None:
             return
         self._log.info("leaving the group", reason=reason)
         self._core.leaving(reason)
+        if self._rejoining:
+            # A subscribe() made while a rebalance was under way (an enforce's, in the
+            # same turn or before the group settled) is postponed by librdkafka, and
+            # applied even while the consumer closes: its destructor then aborts the
+            # process (rd_kafka_cgrp_destroy_final: assert !rkcg_subscription). An
+            # unsubscribe() replaces the postponed subscribe; the member is leaving anyway.
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.unsubscribe()
         try:
             # close() runs the revoke callback (barrier included) and leaves the group;
             # static members send no LeaveGroup, so a quick restart moves nothing.
@@ -270,32 +298,42 @@ class GroupMember:
             self._run_command(pending)
 
     def _run_command(self, pending: PendingCommand) -> None:
+        if self._listener.failed is not None:
+            # Failing stop: nothing more runs (a queued commit must not commit, a second
+            # enforce must not "join" a rebalance that will never come).
+            if not pending.future.done():
+                pending.future.set_exception(
+                    MemberGone(f"the group member stopped: {self._listener.failed}")
+                )
+            return
         try:
             result = self._execute(pending.command)
         except Exception as exc:
+            error, fail_stop = self._command_error(pending.command, exc)
             if not pending.future.done():
-                pending.future.set_exception(self._command_error(pending.command, exc))
+                pending.future.set_exception(error)
+            if fail_stop is not None:  # after the answer: a fail stop ends the process
+                self._listener.failing(fail_stop)
         else:
             if not pending.future.done():
                 pending.future.set_result(result)
 
-    def _command_error(self, command: Command[Any], exc: Exception) -> Exception:
-        """What the command's caller is told: a domain error, never a bare exception.
+    def _command_error(self, command: Command[Any], exc: Exception) -> tuple[Exception, str | None]:
+        """What the command's caller is told, and the fail stop it calls for, if any.
 
-        A journal that failed is the same fail stop as in a callback; Kafka refusing the
-        call (librdkafka raising) is Kafka's answer, for the caller to retry."""
+        A journal that failed is the same fail stop as in a callback (``MemberGone``);
+        librdkafka raising is Kafka's answer (``KafkaRefused``), for the caller to retry.
+        Anything else is a bug and goes back as it is (a 500)."""
         if isinstance(exc, JournalFailed):
-            self._listener.failing(str(exc))
-            return MemberGone(f"the group member stopped: {exc}")
+            return MemberGone(f"the group member stopped: {exc}"), str(exc)
         if isinstance(exc, KafkaException):
             self._log.warning(
                 "Kafka refused a command", command=type(command).__name__, error=str(exc)
             )
             error = exc.args[0] if exc.args else exc
-            return KafkaRefused(
-                f"Kafka refused it: {error.str() if isinstance(error, KafkaError) else error}"
-            )
-        return exc
+            text = error.str() if isinstance(error, KafkaError) else error
+            return KafkaRefused(f"Kafka refused it: {text}"), None
+        return exc, None
 
     def _execute(self, command: Command[Any]) -> Any:
         if isinstance(command, Commit):
@@ -325,13 +363,16 @@ class GroupMember:
             self._metrics.enforced.labels("coalesced").inc()
             self._log.info("enforce-rebalance joined the rebalance under way", reason=reason)
             return EnforceResult(self._core.generation, started=False)
-        self._handoff.announce(self._listener.record(draft))
         assert self._consumer is not None
         try:
             self._restore_subscription_at = rejoin(self._consumer, self._settings, self._subscribe)
+            self._rejoining = True
         except KafkaException:
             self._core.enforce_refused()  # a retry must start one, not "join" this one
             raise
+        # Journaled once Kafka took the rejoin: its revoke comes with the next poll only,
+        # so the event still precedes it, and a refused enforce leaves no event behind.
+        self._handoff.announce(self._listener.record(draft))
         self._metrics.enforced.labels("started").inc()
         self._log.info("enforce-rebalance: rejoining the group", reason=reason)
         return EnforceResult(self._core.generation, started=True)

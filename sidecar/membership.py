@@ -87,6 +87,7 @@ class Membership:
         self._counted_generation: int | None = None
         self._enforce_reason: str | None = None
         self._enforced_at = 0.0
+        self._before_enforce: tuple[str | None, float, float | None] = (None, 0.0, None)
         self._leave_reason: str | None = None
         self.assigned_at = 0.0  # monotonic time of the last assignment
         # The member id the owned partitions were granted to (classic protocol).
@@ -234,14 +235,14 @@ class Membership:
             MemberState.JOINING,
         ):
             return EnforceOutcome.COALESCED, None
+        self._before_enforce = (self._enforce_reason, self._enforced_at, self._rebalance_started)
         self._enforce_reason = reason
         self._enforced_at = self._rebalance_started = now
         return EnforceOutcome.STARTED, self._draft(EventType.REBALANCE_REQUESTED, (), reason)
 
     def enforce_refused(self) -> None:
-        """Kafka refused the rejoin ``enforce`` started: nothing is under way to join."""
-        self._enforce_reason = None
-        self._rebalance_started = None
+        """Kafka refused the rejoin ``enforce`` started: as if it had not been asked."""
+        self._enforce_reason, self._enforced_at, self._rebalance_started = self._before_enforce
 
     def check_commit(
         self, offsets: Iterable[PartitionOffset], generation_id: int | None = None

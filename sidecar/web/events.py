@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import structlog
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
@@ -15,6 +17,8 @@ from sidecar.errors import BadRequest
 from sidecar.model import Event
 from sidecar.web.assignment import MAX_SEQUENCE
 from sidecar.web.runtime import Runtime, RuntimeDep, errors
+
+log = structlog.get_logger("sidecar.api")
 
 _DECIMAL = re.compile(r"[0-9]{1,19}")  # ASCII only: str.isdigit() also accepts "²"
 _PING_SECONDS = 15
@@ -68,6 +72,17 @@ async def events(
 
 
 async def _stream(runtime: Runtime, start: int) -> AsyncIterator[dict[str, str]]:
+    """The SSE frames; a journal that fails mid-stream ends it (the response has started:
+    no status can say so any more), with one log line; the client resumes from its
+    ``Last-Event-ID``."""
+    try:
+        async for frame in _frames(runtime, start):
+            yield frame
+    except sqlite3.OperationalError as exc:
+        log.error("journal failed under an event stream: stream ended", error=str(exc))
+
+
+async def _frames(runtime: Runtime, start: int) -> AsyncIterator[dict[str, str]]:
     with runtime.feed.listen() as listener:
         last = start
         while True:  # history first, from the journal

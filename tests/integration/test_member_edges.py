@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,32 +209,64 @@ async def _stable_member(
     return member, handoff, stable
 
 
+@dataclasses.dataclass
+class Answers:
+    raised: list[Exception | None]  # per command: what it raised (None: it answered)
+    results: list[Any]  # per command: what it answered (None: it raised)
+    stops: list[str]  # the fail stops the member asked for
+    answered_first: list[bool]  # per fail stop: a command's answer was out before it
+    final: Assignment
+
+
 def _member_answering(
-    settings_env: dict[str, str], command: Command[Any], times: int = 1, **member_options: Any
-) -> tuple[list[Exception | None], list[str], Assignment]:
-    """Start a member, wait until it is stable, submit ``command`` ``times`` times: what
-    each raised, the fail stops it asked for, and its last snapshot."""
-    stops: list[str] = []
+    settings_env: dict[str, str],
+    command: Command[Any],
+    times: int = 1,
+    *,
+    together: bool = False,
+    **member_options: Any,
+) -> Answers:
+    """Start a member, wait until it is stable, submit ``command`` ``times`` times (one
+    after the other, or all at once ``together``), then stop it."""
+    starting = Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+    answers = Answers([], [], [], [], starting)
+    answered = threading.Event()
 
-    async def main() -> tuple[list[Exception | None], Assignment]:
+    def fail_stop(reason: str) -> None:  # the member thread; the test's stand-in for exit
+        answers.answered_first.append(answered.wait(5))
+        answers.stops.append(reason)
+
+    async def one(handoff: Handoff) -> None:
+        try:
+            answers.results.append(await handoff.submit(command, timeout=30))
+            answers.raised.append(None)
+        except Exception as exc:  # what it raised is the result
+            answers.raised.append(exc)
+            answers.results.append(None)
+        answered.set()
+
+    async def main() -> Assignment:
         member, handoff, _ = await _stable_member(
-            settings_env, StateSources(pending_events=lambda: 0), stops.append, **member_options
+            settings_env, StateSources(pending_events=lambda: 0), fail_stop, **member_options
         )
-        raised: list[Exception | None] = []
-        for _ in range(times):
-            try:
-                await handoff.submit(command, timeout=30)
-            except Exception as exc:  # what it raised is the result
-                raised.append(exc)
+        try:
+            if together:
+                await asyncio.gather(*(one(handoff) for _ in range(times)))
             else:
-                raised.append(None)
-        with contextlib.suppress(MemberGone):  # a member that failed stop is gone already
-            await handoff.submit(Leave("test over"), timeout=60)
-        assert await asyncio.to_thread(member.join, 60), "the member kept running"
-        return raised, handoff.snapshot
+                for _ in range(times):
+                    await one(handoff)
+        finally:
+            with contextlib.suppress(MemberGone):  # a member that failed stop is gone already
+                await handoff.submit(Leave("test over"), timeout=60)
+            assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        return handoff.snapshot
 
-    raised, final = asyncio.run(main())
-    return raised, stops, final
+    answers.final = asyncio.run(main())
+    return answers
+
+
+def _stable_after(generation: int) -> Callable[[Assignment], bool]:
+    return lambda a: a.generation_id > generation and a.state is MemberState.STABLE
 
 
 def _edge_settings(kafka_bootstrap: str, group_id: str, topic: str, data: Path) -> dict[str, str]:
@@ -250,42 +284,88 @@ def test_a_journal_that_fails_on_an_enforce_stops_the_member_and_refuses_the_com
     topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The enforce command's request cannot be journaled: the same fail stop as in a
-    callback (not a member that runs on, unable to journal), and the caller gets a domain
-    error (an HTTP 4xx), not an exception the API would turn into a 500."""
+    callback (not a member that runs on, unable to journal); the caller gets a domain
+    error (409), not an exception the API would turn into a 500, and gets it *before*
+    the fail stop (which exits the process); a second enforce sent with it is refused
+    the same way, not "joined" to a rebalance that will never come."""
     env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
-    (raised,), stops, final = _member_answering(
+    answers = _member_answering(
         env,
         EnforceRebalance("test"),
+        times=2,
+        together=True,
         journal_factory=lambda d: FailingOnRequest(d, durable=True),
     )
-    assert isinstance(raised, SidecarError), repr(raised)
-    assert 400 <= http_status(raised) < 500
-    assert "journal append failed: disk I/O error" in raised.message
-    assert len(stops) == 1 and "journal append failed: disk I/O error" in stops[0]
-    assert final.error is not None and "journal append failed" in final.error
+    for raised in answers.raised:
+        assert isinstance(raised, SidecarError), repr(raised)
+        assert http_status(raised) == 409
+        assert "journal append failed: disk I/O error" in raised.message
+    assert len(answers.stops) == 1 and "journal append failed: disk I/O error" in answers.stops[0]
+    assert answers.answered_first == [True], "the fail stop came before the caller's answer"
+    assert answers.final.error is not None and "journal append failed" in answers.final.error
 
 
 def test_a_command_kafka_refuses_is_a_domain_error(
     topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """librdkafka refuses the rejoin (unsubscribe() raises): the caller is told Kafka
-    refused it (503, retry), the member runs on, the request stays journaled, and a retry
-    tries again (it does not "join" the rebalance that never started)."""
+    refused it (503, retry), the member runs on, no request is journaled for a rebalance
+    that never started, and a retry tries again (it does not "join" that one)."""
     env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
-    raised, stops, _ = _member_answering(
+    answers = _member_answering(
         env, EnforceRebalance("test"), times=2, consumer_factory=UnsubscribeRefused
     )
-    for error in raised:
+    for error in answers.raised:
         assert isinstance(error, SidecarError), repr(error)
         assert http_status(error) == 503
         assert "fenced by a newer instance" in error.message
-    assert stops == []
+    assert answers.stops == []
     types = [e.type for e in Journal(tmp_path, durable=False).events_after(0, 100)]
-    assert types.count(EventType.REBALANCE_REQUESTED) == 2
+    assert EventType.REBALANCE_REQUESTED not in types
 
 
-def _stable_after(generation: int) -> Callable[[Assignment], bool]:
-    return lambda a: a.generation_id > generation and a.state is MemberState.STABLE
+class SubscribeRefusedOnce(Consumer):
+    """A consumer whose second subscribe() (the enforce's, after its unsubscribe()) fails."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.subscribes = 0
+
+    def subscribe(self, *args: Any, **kwargs: Any) -> None:
+        self.subscribes += 1
+        if self.subscribes == 2:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "coordinator went away"))
+        super().subscribe(*args, **kwargs)
+
+
+def test_an_enforce_whose_resubscribe_fails_is_completed_at_the_next_turn(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Eager: unsubscribe() went through (the partitions are being revoked), subscribe()
+    did not. The rejoin is under way, so the enforce started; the member subscribes again
+    at its next turn and ends up in the group, in a higher generation (it stayed
+    unsubscribed for good before)."""
+    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+
+    async def main() -> tuple[Any, Assignment | None]:
+        member, handoff, stable = await _stable_member(
+            env,
+            StateSources(pending_events=lambda: 0),
+            lambda r: None,
+            consumer_factory=SubscribeRefusedOnce,
+        )
+        try:
+            result = await handoff.submit(EnforceRebalance("test"), timeout=30)
+            again = await handoff.wait_until(_stable_after(stable.generation_id), 60)
+        finally:
+            await handoff.submit(Leave("test over"), timeout=60)
+            assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        return result, again
+
+    result, again = asyncio.run(main())
+    assert result.started
+    assert again is not None, "the member never rejoined"
+    assert len(again.partitions) == PARTITIONS
 
 
 def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
@@ -304,11 +384,13 @@ def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
         producer.produce(topic, b"x" * 100, partition=i % PARTITIONS)
     assert producer.flush(30) == 0
     setup = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
-    setup.commit(
-        offsets=[KafkaTopicPartition(topic, p, 7 + p) for p in range(PARTITIONS)],
-        asynchronous=False,
-    )
-    setup.close()
+    try:
+        setup.commit(
+            offsets=[KafkaTopicPartition(topic, p, 7 + p) for p in range(PARTITIONS)],
+            asynchronous=False,
+        )
+    finally:
+        setup.close()
     env = {
         **_edge_settings(kafka_bootstrap, group_id, topic, tmp_path),
         "SIDECAR_STATISTICS_INTERVAL_MS": "200",
@@ -317,16 +399,18 @@ def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
 
     async def main() -> tuple[Assignment, dict[str, Any]]:
         member, handoff, stable = await _stable_member(env, sources, lambda reason: None)
-        for _ in range(3):  # more assignments, more chances for a fetch to slip out
-            await handoff.submit(EnforceRebalance("again"), timeout=30)
-            again = await handoff.wait_until(_stable_after(stable.generation_id), 60)
-            assert again is not None, "the enforced rebalance did not complete"
-            stable = again
-        await asyncio.sleep(2.0)  # ten statistics windows after the last assignment
-        with sources.lock:
-            statistics = dict(sources.statistics)
-        await handoff.submit(Leave("test over"), timeout=60)
-        assert await asyncio.to_thread(member.join, 60), "the member kept running"
+        try:
+            for _ in range(3):  # more assignments, more chances for a fetch to slip out
+                await handoff.submit(EnforceRebalance("again"), timeout=30)
+                again = await handoff.wait_until(_stable_after(stable.generation_id), 60)
+                assert again is not None, "the enforced rebalance did not complete"
+                stable = again
+            await asyncio.sleep(2.0)  # ten statistics windows after the last assignment
+            with sources.lock:
+                statistics = dict(sources.statistics)
+        finally:
+            await handoff.submit(Leave("test over"), timeout=60)
+            assert await asyncio.to_thread(member.join, 60), "the member kept running"
         return stable, statistics
 
     stable, statistics = asyncio.run(main())
@@ -351,3 +435,75 @@ def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
         assert [p["offset"] for p in event["data"]["partitions"]] == [
             7 + p for p in range(PARTITIONS)
         ]
+
+
+_ENFORCE_THEN_LEAVE = """
+import asyncio, sys
+from prometheus_client import CollectorRegistry
+from sidecar.commands import EnforceRebalance, Leave
+from sidecar.handoff import Handoff
+from sidecar.member import GroupMember
+from sidecar.metrics import Metrics, StateSources
+from sidecar.model import Assignment, MemberState
+from sidecar.settings_sources import load_settings
+
+boot, group, topic, data, strategy = sys.argv[1:]
+env = {
+    "SIDECAR_BOOTSTRAP_SERVERS": boot, "SIDECAR_GROUP_ID": group, "SIDECAR_TOPICS": topic,
+    "SIDECAR_DATA_DIR": data, "SIDECAR_ASSIGNMENT_STRATEGY": strategy,
+    "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000", "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+}
+
+async def main() -> None:
+    start = Assignment("g", None, None, -1, "eager", MemberState.STARTING, (), 0)
+    handoff = Handoff(asyncio.get_running_loop(), start)
+    member = GroupMember(
+        load_settings(env), handoff, Metrics(CollectorRegistry()),
+        StateSources(pending_events=lambda: 0), fail_stop=print,
+    )
+    member.start()
+    assert await handoff.wait_until(lambda a: a.state is MemberState.STABLE, 60)
+    # Both queued at once: the member thread runs them in the same turn, no poll between.
+    enforced, left = await asyncio.gather(
+        handoff.submit(EnforceRebalance("now"), timeout=30),
+        handoff.submit(Leave("and leave"), timeout=60),
+    )
+    assert enforced.started and left.state is MemberState.STOPPED, (enforced, left)
+    assert await asyncio.to_thread(member.join, 60)
+    print("left cleanly")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_an_enforce_and_a_drain_in_the_same_turn_leave_cleanly(
+    strategy: str,
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    """An enforce-rebalance and a drain (or SIGTERM's leave) taken in the same turn: the
+    enforce's subscribe() is postponed by librdkafka behind the rebalance it starts and
+    then applied while the consumer closes, and librdkafka's destructor aborted the whole
+    process (``rd_kafka_cgrp_destroy_final: assert: !rkcg->rkcg_subscription``). Run in a
+    process of its own, so that an abort fails this test, not the suite."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _ENFORCE_THEN_LEAVE,
+            kafka_bootstrap,
+            group_id,
+            topic_factory(PARTITIONS),
+            str(tmp_path),
+            strategy,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "left cleanly" in done.stdout
+    assert "assert" not in done.stderr

@@ -47,6 +47,7 @@ from sidecar.model import Assignment, MemberState, TopicPartition
 from sidecar.probes import Lifecycle, Probes
 from sidecar.settings import Settings
 from sidecar.subscriptions import Registry
+from sidecar.web import events as events_web
 from sidecar.web.assignment import AssignmentFastPath
 
 
@@ -183,8 +184,10 @@ def test_commit_names_its_generation_and_a_stale_one_is_409(tmp_path: Path) -> N
 def test_a_command_the_member_could_not_run_is_its_domain_status(
     tmp_path: Path, error: SidecarError, status: int, retry_after: str | None
 ) -> None:
-    """What the member thread answers a command that Kafka refused or that failed the
-    journal (``GroupMember._command_error``) reaches the caller as its status and message."""
+    """The domain errors the member thread answers a command with when Kafka refused it or
+    the journal failed (``GroupMember._command_error``, tested on a real broker in
+    ``tests/integration/test_member_edges.py``) reach the HTTP caller as their status,
+    ``Retry-After`` and message."""
 
     async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
         member = ScriptedMember(runtime.handoff, error)
@@ -517,5 +520,24 @@ def test_a_journal_the_api_cannot_write_is_a_503_not_a_500(tmp_path: Path) -> No
         finally:
             runtime.journal._db.close()
             runtime.journal._db = db
+
+    run(tmp_path, scenario)
+
+
+def test_an_event_stream_whose_journal_fails_ends_cleanly(tmp_path: Path) -> None:
+    """Mid-stream the response has started: no status can say the journal failed, so the
+    stream ends (one log line; the client resumes from ``Last-Event-ID``), rather than
+    an exception escaping into the server."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        db = runtime.journal._db
+        # A database without the journal's tables: every read is an OperationalError.
+        runtime.journal._db = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
+        try:
+            frames = [frame async for frame in events_web._stream(runtime, 0)]
+        finally:
+            runtime.journal._db.close()
+            runtime.journal._db = db
+        assert frames == []
 
     run(tmp_path, scenario)

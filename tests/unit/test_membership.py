@@ -193,6 +193,18 @@ def test_an_enforce_kafka_refused_is_not_joined_by_the_next_one() -> None:
     assert outcome is EnforceOutcome.STARTED and draft is not None and draft.reason == "retry"
 
 
+def test_an_enforce_kafka_refused_leaves_the_rebalance_it_found_as_it_was() -> None:
+    core = member("eager")
+    core.identify("m1", 1)
+    core.assigned((po(0),), now=1.0)
+    core.taken([tp(0)], EventType.LOST, now=2.0)  # a rebalance under way since 2.0
+    assert core.enforce("x", now=3.0)[0] is EnforceOutcome.STARTED
+    core.enforce_refused()
+    core.identify("m1", 2)
+    _, completed = core.assigned((po(0),), now=4.0)
+    assert completed is not None and completed.duration_s == pytest.approx(2.0)
+
+
 def test_leaving_overrides_a_stale_enforce_reason() -> None:
     core = member("cooperative")
     core.identify("m1", 1)
