@@ -29,6 +29,7 @@ from sidecar.errors import (
     http_headers,
     http_status,
 )
+from sidecar.journal import storage_failed
 from sidecar.web import admin, assignment, control, events, probes, webhooks
 from sidecar.web.group import group_router
 from sidecar.web.limits import BodyLimit
@@ -89,10 +90,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
 
-    @app.exception_handler(sqlite3.OperationalError)
-    async def journal_failed(request: Request, exc: sqlite3.OperationalError) -> JSONResponse:
-        # The disk under the journal (full, I/O error, read-only, locked), not the request:
-        # one line in the log, no traceback. Other SQLite errors are bugs: a 500.
+    @app.exception_handler(sqlite3.DatabaseError)
+    async def journal_failed(request: Request, exc: sqlite3.DatabaseError) -> JSONResponse:
+        # The disk under the journal (full, I/O error, read-only, locked, corrupt), not the
+        # request: one line in the log, no traceback. Other SQLite errors are bugs: a 500.
+        if not storage_failed(exc):
+            raise exc
         log.error(
             "journal failed under a request",
             method=request.method,

@@ -77,6 +77,26 @@ _SUBSCRIPTION_COLUMNS = (
 )
 
 
+# SQLite's primary result codes that mean the storage failed (full, I/O error, read-only,
+# locked, unopenable, corrupt): a request that meets one is a 503, not a bug.
+_STORAGE_FAILURES = (
+    "SQLITE_FULL",
+    "SQLITE_IOERR",
+    "SQLITE_READONLY",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CANTOPEN",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+)
+
+
+def storage_failed(exc: sqlite3.Error) -> bool:
+    """``exc`` says the journal's storage failed (rather than a bug in how it is used)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(_STORAGE_FAILURES)
+
+
 class Journal:
     """One connection to the journal; use it only from the thread that opened it."""
 

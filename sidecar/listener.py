@@ -299,6 +299,7 @@ class RebalanceListener:
             return
         self.failed = reason
         self.link.error = reason
+        self._core.stopped()  # owns nothing any more, whatever it was just assigned
         self.publish()
         self._fail_stop(reason)
 

@@ -55,7 +55,7 @@ _CONTACT_PROBE_SECONDS = 5.0
 # A subscription that could not be restored is tried again after this long.
 _RESUBSCRIBE_SECONDS = 1.0
 # A fail stop leaves the loop this long to send the answers already given (a command's
-# 409) before the process exits.
+# 409) before the process exits: best effort (the snapshot says "stopped" meanwhile).
 _EXIT_GRACE_SECONDS = 0.2
 
 
@@ -108,8 +108,10 @@ class GroupMember:
         self._next_contact_probe = 0.0
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
-        # Subscribed again by an enforce (or its restore) and not yet stable since.
+        # Subscribed again by an eager enforce (or its restore), not yet stable since.
         self._rejoining = False
+        # A command that failed the journal: the fail stop comes once its batch is answered.
+        self._fail_after_commands: str | None = None
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
 
@@ -161,6 +163,8 @@ class GroupMember:
             consumer_config(self._settings, self._listener.on_error, self._listener.on_statistics)
         )
         self._consumer = consumer
+        self._rejoining = False
+        self._restore_subscription_at = 0.0
         self._core.session_started()
         self._listener.presumed_lost = False
         self._publish()
@@ -209,7 +213,7 @@ class GroupMember:
             return
         try:
             self._subscribe()
-            self._rejoining = True
+            self._rejoining = not self._settings.cooperative
         except KafkaException as exc:  # not a crash of the member thread: again shortly
             self._log.warning("restoring the subscription failed", error=str(exc))
             self._restore_subscription_at = time.monotonic() + _RESUBSCRIBE_SECONDS
@@ -221,11 +225,11 @@ class GroupMember:
         self._log.info("leaving the group", reason=reason)
         self._core.leaving(reason)
         if self._rejoining:
-            # A subscribe() made while a rebalance was under way (an enforce's, in the
-            # same turn or before the group settled) is postponed by librdkafka, and
-            # applied even while the consumer closes: its destructor then aborts the
-            # process (rd_kafka_cgrp_destroy_final: assert !rkcg_subscription). An
-            # unsubscribe() replaces the postponed subscribe; the member is leaving anyway.
+            # An eager enforce's subscribe() right after its unsubscribe() is postponed by
+            # librdkafka behind the rebalance the unsubscribe() starts, and applied even
+            # while the consumer closes: its destructor then aborts the process
+            # (rd_kafka_cgrp_destroy_final: assert !rkcg_subscription). An unsubscribe()
+            # replaces the postponed subscribe; the member has left the group already.
             with contextlib.suppress(KafkaException, RuntimeError):
                 consumer.unsubscribe()
         try:
@@ -284,8 +288,7 @@ class GroupMember:
     # -- commands --------------------------------------------------------------------------
 
     def _serve_commands(self) -> None:
-        for pending in self._handoff.take_commands():
-            self._run_command(pending)
+        self._run_commands(self._handoff.take_commands())
 
     def _serve_commits(self) -> None:
         """Inside a revoke barrier: commits only (the app commits from its revoke handler).
@@ -294,26 +297,30 @@ class GroupMember:
         queued for the next turn of the poll loop, and its caller's deadline can still
         withdraw it (``MemberBusy``: never run).
         """
-        for pending in self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)):
+        self._run_commands(self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)))
+
+    def _run_commands(self, batch: list[PendingCommand]) -> None:
+        """Run ``batch``; a command that calls for a fail stop gets it once every command
+        of the batch is answered (the ones after it without running: ``MemberGone``)."""
+        for pending in batch:
             self._run_command(pending)
+        if self._fail_after_commands is not None:
+            self._listener.failing(self._fail_after_commands)
 
     def _run_command(self, pending: PendingCommand) -> None:
-        if self._listener.failed is not None:
+        failed = self._listener.failed or self._fail_after_commands
+        if failed is not None:
             # Failing stop: nothing more runs (a queued commit must not commit, a second
             # enforce must not "join" a rebalance that will never come).
             if not pending.future.done():
-                pending.future.set_exception(
-                    MemberGone(f"the group member stopped: {self._listener.failed}")
-                )
+                pending.future.set_exception(MemberGone(f"the group member stopped: {failed}"))
             return
         try:
             result = self._execute(pending.command)
         except Exception as exc:
-            error, fail_stop = self._command_error(pending.command, exc)
+            error, self._fail_after_commands = self._command_error(pending.command, exc)
             if not pending.future.done():
                 pending.future.set_exception(error)
-            if fail_stop is not None:  # after the answer: a fail stop ends the process
-                self._listener.failing(fail_stop)
         else:
             if not pending.future.done():
                 pending.future.set_result(result)
@@ -366,7 +373,7 @@ class GroupMember:
         assert self._consumer is not None
         try:
             self._restore_subscription_at = rejoin(self._consumer, self._settings, self._subscribe)
-            self._rejoining = True
+            self._rejoining = not self._settings.cooperative
         except KafkaException:
             self._core.enforce_refused()  # a retry must start one, not "join" this one
             raise
@@ -387,6 +394,8 @@ class GroupMember:
         self._listener.publish()
 
     def _fail(self, reason: str) -> None:
-        """Fail stop (the listener could not journal): the loop ends, then the process."""
+        """Fail stop (the listener could not journal): the loop ends, then the process.
+        Commands still queued, and any sent from now on, are answered ``MemberGone``."""
         self._leaving.set()
+        self._handoff.close()
         self._fail_stop(reason)

@@ -22,6 +22,7 @@ log = structlog.get_logger("sidecar.api")
 
 _DECIMAL = re.compile(r"[0-9]{1,19}")  # ASCII only: str.isdigit() also accepts "²"
 _PING_SECONDS = 15
+_HISTORY_BATCH = 500  # journal events read at a time for a stream's history
 
 router = APIRouter(tags=["events"])
 
@@ -68,30 +69,38 @@ async def events(
         return JSONResponse([e.cloudevent for e in history])
     if start is None:
         start = runtime.journal.last_sequence()
-    return EventSourceResponse(_stream(runtime, start), ping=_PING_SECONDS)
+    # Read before answering: a journal that fails now is a 503, not an empty stream.
+    first = runtime.journal.events_after(start, _HISTORY_BATCH)
+    return EventSourceResponse(_stream(runtime, start, first), ping=_PING_SECONDS)
 
 
-async def _stream(runtime: Runtime, start: int) -> AsyncIterator[dict[str, str]]:
+async def _stream(
+    runtime: Runtime, start: int, first: list[Event]
+) -> AsyncIterator[dict[str, str]]:
     """The SSE frames; a journal that fails mid-stream ends it (the response has started:
     no status can say so any more), with one log line; the client resumes from its
     ``Last-Event-ID``."""
     try:
-        async for frame in _frames(runtime, start):
+        async for frame in _frames(runtime, start, first):
             yield frame
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
         log.error("journal failed under an event stream: stream ended", error=str(exc))
 
 
-async def _frames(runtime: Runtime, start: int) -> AsyncIterator[dict[str, str]]:
+async def _frames(
+    runtime: Runtime, start: int, first: list[Event]
+) -> AsyncIterator[dict[str, str]]:
     with runtime.feed.listen() as listener:
         last = start
-        while True:  # history first, from the journal
-            batch = runtime.journal.events_after(last, 500)
-            if not batch:
-                break
+        batch = first
+        while True:  # history first, from the journal (read once more while listening)
             for event in batch:
                 yield sse_frame(event)
-            last = batch[-1].sequence
+            if batch:
+                last = batch[-1].sequence
+            batch = runtime.journal.events_after(last, _HISTORY_BATCH)
+            if not batch:
+                break
         while not listener.overflowed:
             try:
                 event = await asyncio.wait_for(listener.queue.get(), 5.0)

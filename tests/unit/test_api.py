@@ -534,10 +534,54 @@ def test_an_event_stream_whose_journal_fails_ends_cleanly(tmp_path: Path) -> Non
         # A database without the journal's tables: every read is an OperationalError.
         runtime.journal._db = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
         try:
-            frames = [frame async for frame in events_web._stream(runtime, 0)]
+            frames = [frame async for frame in events_web._stream(runtime, 0, [])]
         finally:
             runtime.journal._db.close()
             runtime.journal._db = db
         assert frames == []
 
     run(tmp_path, scenario)
+
+
+def test_a_journal_that_cannot_be_read_is_a_503_for_events_before_any_stream(
+    tmp_path: Path,
+) -> None:
+    """The history is read before the response starts: a journal SQLite cannot read
+    (here a file that is not a database: SQLITE_NOTADB) is a 503 for the JSON history and
+    for an SSE stream alike, not an empty stream the client would reconnect to forever."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        garbage = tmp_path / "garbage.db"
+        garbage.write_bytes(b"this is not an SQLite database file, not at all" * 100)
+        db = runtime.journal._db
+        runtime.journal._db = sqlite3.connect(garbage, isolation_level=None)
+        try:
+            for headers in (
+                {"Accept": "application/json"},
+                {"Accept": "text/event-stream", "Last-Event-ID": "0"},
+            ):
+                answer = await client.get("/events", headers=headers)
+                assert answer.status_code == 503, (headers, answer.text)
+                assert answer.json()["error"].startswith("the journal failed: ")
+        finally:
+            runtime.journal._db.close()
+            runtime.journal._db = db
+
+    run(tmp_path, scenario)
+
+
+def test_only_storage_failures_of_sqlite_are_the_journals_503(tmp_path: Path) -> None:
+    from sidecar.journal import storage_failed
+
+    path = tmp_path / "a.db"
+    sqlite3.connect(path, isolation_level=None).execute("CREATE TABLE t (x)").connection.close()
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as written:
+            readonly.execute("INSERT INTO t VALUES (1)")
+        assert storage_failed(written.value)  # SQLITE_READONLY: the volume, a 503
+        with pytest.raises(sqlite3.OperationalError) as misused:
+            readonly.execute("SELECT * FROM nothing_here")
+        assert not storage_failed(misused.value)  # SQLITE_ERROR: a bug, stays a 500
+    finally:
+        readonly.close()
