@@ -41,6 +41,13 @@ def three(
     return sidecars
 
 
+def _protocol(strategy: str) -> dict[str, str | None]:
+    """Sidecar options for a strategy name; "kip848" is the consumer protocol."""
+    if strategy == "kip848":
+        return {"protocol": "consumer", "strategy": None}
+    return {"strategy": strategy}
+
+
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky", "kip848"])
 def test_enforce_on_one_moves_all_three_to_a_higher_generation(
     strategy: str,
@@ -49,16 +56,46 @@ def test_enforce_on_one_moves_all_three_to_a_higher_generation(
     group_id: str,
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    protocol = (
-        {"protocol": "consumer", "strategy": None}
-        if strategy == "kip848"
-        else {"strategy": strategy}
-    )
-    sidecars = three(sidecar_factory, group_id, topic, token="secret-token", **protocol)
+    sidecars = three(sidecar_factory, group_id, topic, token="secret-token", **_protocol(strategy))
     assert sidecars[1].client.post("/enforce-rebalance").status_code == 401
     # Several times, from different members: a mechanism that works once is broken.
     for round_, enforcer in enumerate((sidecars[1], sidecars[2], sidecars[1])):
         enforce_once(enforcer, sidecars, topic, strategy, reason=f"rolling the dice {round_}")
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky", "kip848"])
+def test_enforce_on_static_members_rebalances_the_group(
+    strategy: str,
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """A static member's enforce rebalances the group too, and says what it costs.
+
+    An eager follower that rejoins with unchanged metadata only gets its old assignment
+    back, so an eager enforce leaves (a LeaveGroup, even for a static member) and rejoins
+    under its instance id with a new member id; a cooperative one changes its
+    subscription and stays the same member (KIP-848: the same member id, a new epoch).
+    The others keep their member ids.
+    """
+    topic = topic_factory(PARTITIONS)
+    sidecars = [
+        sidecar_factory(group_id, topic, instance_id=f"static-{i}", **_protocol(strategy))
+        for i in range(3)
+    ]
+    wait_until(lambda: covers(sidecars, topic, PARTITIONS), 60, "all partitions covered")
+    enforcer = sidecars[1]
+    for round_ in range(2):
+        before = {s.name: s.assignment()["member_id"] for s in sidecars}
+        enforce_once(enforcer, sidecars, topic, strategy, reason=f"static {round_}")
+        after = {s.name: s.assignment()["member_id"] for s in sidecars}
+        for sidecar in sidecars:
+            if strategy != "kip848":  # KIP-848 member ids are the client's UUIDs
+                assert after[sidecar.name].startswith(f"static-{sidecars.index(sidecar)}-")
+            if sidecar is enforcer and strategy == "range":
+                assert after[sidecar.name] != before[sidecar.name]
+            else:
+                assert after[sidecar.name] == before[sidecar.name]
 
 
 def enforce_once(
@@ -85,6 +122,8 @@ def enforce_once(
         kinds = [
             e["type"].rsplit(".", 1)[1] for e in since if e["type"] != "kafka.rebalance.requested"
         ]
+        if sidecar is enforcer:  # the request is journaled before what it caused
+            assert since[0]["type"] == "kafka.rebalance.requested", since
         if strategy == "range":  # eager: everything revoked, then assigned
             assert kinds == ["revoked", "assigned"], kinds
         elif strategy == "kip848":  # the member epochs rose; no callback, nothing moved

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -336,48 +338,143 @@ def test_a_command_kafka_refuses_is_a_domain_error(
     assert EventType.REBALANCE_REQUESTED not in types
 
 
-class SubscribeRefusedOnce(Consumer):
-    """A consumer whose second subscribe() (the enforce's, after its unsubscribe()) fails."""
+def _enforce_and_rejoin(
+    env: dict[str, str],
+    consumer_factory: Callable[[dict[str, Any]], Consumer],
+    settled: Callable[[], bool] = lambda: True,
+) -> tuple[Any, Assignment | None, bool]:
+    """A stable member is told to enforce a rebalance. Answers what the enforce answered,
+    the member's first stable assignment of a higher generation once ``settled()`` (or
+    after 10 s), and whether the member thread was still alive then."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__(config)
-        self.subscribes = 0
-
-    def subscribe(self, *args: Any, **kwargs: Any) -> None:
-        self.subscribes += 1
-        if self.subscribes == 2:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "coordinator went away"))
-        super().subscribe(*args, **kwargs)
-
-
-def test_an_enforce_whose_resubscribe_fails_is_completed_at_the_next_turn(
-    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    """Eager: unsubscribe() went through (the partitions are being revoked), subscribe()
-    did not. The rejoin is under way, so the enforce started; the member subscribes again
-    at its next turn and ends up in the group, in a higher generation (it stayed
-    unsubscribed for good before)."""
-    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
-
-    async def main() -> tuple[Any, Assignment | None]:
+    async def main() -> tuple[Any, Assignment | None, bool]:
         member, handoff, stable = await _stable_member(
             env,
             StateSources(pending_events=lambda: 0),
             lambda r: None,
-            consumer_factory=SubscribeRefusedOnce,
+            consumer_factory=consumer_factory,
         )
         try:
             result = await handoff.submit(EnforceRebalance("test"), timeout=30)
+            for _ in range(200):
+                if settled() or not member.alive:
+                    break
+                await asyncio.sleep(0.05)
             again = await handoff.wait_until(_stable_after(stable.generation_id), 60)
+            alive = member.alive
         finally:
             await handoff.submit(Leave("test over"), timeout=60)
             assert await asyncio.to_thread(member.join, 60), "the member kept running"
-        return result, again
+        return result, again, alive
 
-    result, again = asyncio.run(main())
+    return asyncio.run(main())
+
+
+class SubscribeRefused(Consumer):
+    """A consumer whose subscribe() fails ``refusals`` times after the first (the
+    enforce's, after its unsubscribe(), then the member's retries)."""
+
+    refusals = 1
+    made: list[float]
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.made = []
+
+    def subscribe(self, *args: Any, **kwargs: Any) -> None:
+        self.made.append(time.monotonic())
+        if 2 <= len(self.made) <= 1 + self.refusals:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "coordinator went away"))
+        super().subscribe(*args, **kwargs)
+
+
+@pytest.mark.parametrize("refusals", [1, 3])
+def test_an_enforce_whose_resubscribe_fails_is_completed_at_the_next_turn(
+    refusals: int,
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    """Eager: unsubscribe() went through (the partitions are being revoked), subscribe()
+    did not. The rejoin is under way, so the enforce started; the member subscribes again
+    at its next turn, and once a second while that keeps failing, and ends up in the
+    group, in a higher generation (it stayed unsubscribed for good before)."""
+    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    consumers: list[SubscribeRefused] = []
+
+    def refusing(config: dict[str, Any]) -> SubscribeRefused:
+        consumer = SubscribeRefused(config)
+        consumer.refusals = refusals
+        consumers.append(consumer)
+        return consumer
+
+    result, again, alive = _enforce_and_rejoin(
+        env, refusing, settled=lambda: len(consumers[0].made) >= refusals + 2
+    )
     assert result.started
+    assert alive
     assert again is not None, "the member never rejoined"
     assert len(again.partitions) == PARTITIONS
+    [consumer] = consumers
+    # the first subscribe, the enforce's refused one, the retries, the one that took
+    assert len(consumer.made) == refusals + 2
+    # the first retry is the next turn's; the ones after a failed retry wait a second
+    gaps = [b - a for a, b in itertools.pairwise(consumer.made[2:])]
+    assert len(gaps) == refusals - 1
+    assert all(gap >= 0.9 for gap in gaps), gaps  # not a busy loop
+
+
+class RestoreRefused(Consumer):
+    """A consumer whose third and fourth subscribe() fail: KIP-848's restore of the
+    subscription after an enforce, and its first retry."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.made: list[tuple[float, list[str]]] = []
+
+    def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
+        self.made.append((time.monotonic(), list(topics)))
+        if len(self.made) in (3, 4):
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "coordinator went away"))
+        super().subscribe(topics, *args, **kwargs)
+
+
+def test_a_kip848_enforce_whose_restore_fails_is_restored_later(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """KIP-848: the enforce adds a pattern and removes it again a moment later (the
+    removal bumps the group epoch). That removal fails twice: the member thread runs on
+    (it used to crash), tries again a second later, and once it took, the member is
+    subscribed to its topics alone and stable in a higher epoch."""
+    topic = topic_factory(PARTITIONS)
+    env = {  # the broker owns KIP-848's session and heartbeat settings
+        **{
+            k: v
+            for k, v in _edge_settings(kafka_bootstrap, group_id, topic, tmp_path).items()
+            if "SESSION" not in k and "HEARTBEAT" not in k
+        },
+        "SIDECAR_GROUP_PROTOCOL": "consumer",
+    }
+    consumers: list[RestoreRefused] = []
+
+    def refusing(config: dict[str, Any]) -> RestoreRefused:
+        consumers.append(RestoreRefused(config))
+        return consumers[-1]
+
+    # settled: the enforce, two refused restores, the one that took
+    result, again, alive = _enforce_and_rejoin(
+        env, refusing, settled=lambda: len(consumers[0].made) >= 5
+    )
+    assert result.started
+    assert alive, "the member thread died on the failed restore"
+    assert again is not None, "the epoch never rose"
+    assert len(again.partitions) == PARTITIONS
+    [consumer] = consumers
+    assert len(consumer.made) == 5, consumer.made
+    assert [topics for _, topics in consumer.made][-1] == [topic]  # the pattern is gone
+    assert any(name.startswith("^") for name in consumer.made[1][1])  # the enforce's
+    assert consumer.made[4][0] - consumer.made[3][0] >= 0.9  # a second after the retry
 
 
 def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
