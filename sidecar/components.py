@@ -111,7 +111,7 @@ def build_components(
         sequence=journal.last_sequence(),
     )
     handoff = Handoff(loop, initial)
-    sources = StateSources(pending_events=journal.pending_events)
+    sources = StateSources(pending_events=journal.pending_events_if_readable)
     metrics.observe_state(lambda: handoff.snapshot, sources)
     dispatcher = Dispatcher(
         journal,

@@ -228,6 +228,15 @@ class Journal:
         ).fetchone()
         return int(count)
 
+    def pending_events_if_readable(self) -> int | None:
+        """:meth:`pending_events`, or None while the journal's storage fails."""
+        try:
+            return self.pending_events()
+        except sqlite3.Error as exc:
+            if storage_failed(exc):
+                return None
+            raise
+
     def mark(self, key: str) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else 0

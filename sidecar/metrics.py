@@ -152,7 +152,7 @@ class Metrics:
 class StateSources:
     """Values the state collector reads at scrape time (set from either thread)."""
 
-    pending_events: Callable[[], int]
+    pending_events: Callable[[], int | None]  # None: the journal cannot be read now
     last_rebalance_at: float = 0.0
     statistics: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -179,11 +179,13 @@ class StateCollector(Collector):
             "Unix time of the last completed rebalance (0: none yet).",
             self._sources.last_rebalance_at,
         )
-        yield _gauge(
-            "journal_pending_events",
-            "Journaled events some active webhook has not yet acknowledged or given up.",
-            self._sources.pending_events(),
-        )
+        pending = self._sources.pending_events()
+        if pending is not None:  # absent while the journal's storage fails: the rest stays
+            yield _gauge(
+                "journal_pending_events",
+                "Journaled events some active webhook has not yet acknowledged or given up.",
+                pending,
+            )
         state = GaugeMetricFamily(
             f"{PREFIX}member_state", "1 for the member's current state.", labels=["state"]
         )

@@ -570,6 +570,31 @@ def test_a_journal_that_cannot_be_read_is_a_503_for_events_before_any_stream(
     run(tmp_path, scenario)
 
 
+def test_metrics_still_answer_while_the_journal_cannot_be_read(tmp_path: Path) -> None:
+    """A scrape while the journal's storage fails (here a file that is not a database:
+    SQLITE_NOTADB) still answers 200 with every other metric, the journal's pending
+    events left out (absent, for an ``absent()`` alert), not a 503 that hides all of
+    them at the moment they matter; once the journal reads again, the series is back."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        garbage = tmp_path / "garbage.db"
+        garbage.write_bytes(b"this is not an SQLite database file, not at all" * 100)
+        db = runtime.journal._db
+        runtime.journal._db = sqlite3.connect(garbage, isolation_level=None)
+        try:
+            answer = await client.get("/metrics")
+        finally:
+            runtime.journal._db.close()
+            runtime.journal._db = db
+        assert answer.status_code == 200, answer.text
+        assert "rebalance_sidecar_member_state" in answer.text
+        assert "rebalance_sidecar_journal_pending_events" not in answer.text
+        again = await client.get("/metrics")
+        assert "rebalance_sidecar_journal_pending_events 0.0" in again.text
+
+    run(tmp_path, scenario)
+
+
 def test_only_storage_failures_of_sqlite_are_the_journals_503(tmp_path: Path) -> None:
     from sidecar.journal import storage_failed
 
