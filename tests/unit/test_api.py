@@ -13,7 +13,7 @@ import dataclasses
 import socket
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -543,6 +543,20 @@ def test_an_event_stream_whose_journal_fails_ends_cleanly(tmp_path: Path) -> Non
     run(tmp_path, scenario)
 
 
+@contextlib.contextmanager
+def _journal_not_a_database(runtime: InProcess, tmp_path: Path) -> Iterator[None]:
+    """The API's journal reads a file that is not a database (SQLITE_NOTADB) meanwhile."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not an SQLite database file, not at all" * 100)
+    db = runtime.journal._db
+    runtime.journal._db = sqlite3.connect(garbage, isolation_level=None)
+    try:
+        yield
+    finally:
+        runtime.journal._db.close()
+        runtime.journal._db = db
+
+
 def test_a_journal_that_cannot_be_read_is_a_503_for_events_before_any_stream(
     tmp_path: Path,
 ) -> None:
@@ -551,11 +565,7 @@ def test_a_journal_that_cannot_be_read_is_a_503_for_events_before_any_stream(
     for an SSE stream alike, not an empty stream the client would reconnect to forever."""
 
     async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
-        garbage = tmp_path / "garbage.db"
-        garbage.write_bytes(b"this is not an SQLite database file, not at all" * 100)
-        db = runtime.journal._db
-        runtime.journal._db = sqlite3.connect(garbage, isolation_level=None)
-        try:
+        with _journal_not_a_database(runtime, tmp_path):
             for headers in (
                 {"Accept": "application/json"},
                 {"Accept": "text/event-stream", "Last-Event-ID": "0"},
@@ -563,9 +573,6 @@ def test_a_journal_that_cannot_be_read_is_a_503_for_events_before_any_stream(
                 answer = await client.get("/events", headers=headers)
                 assert answer.status_code == 503, (headers, answer.text)
                 assert answer.json()["error"].startswith("the journal failed: ")
-        finally:
-            runtime.journal._db.close()
-            runtime.journal._db = db
 
     run(tmp_path, scenario)
 
@@ -577,15 +584,8 @@ def test_metrics_still_answer_while_the_journal_cannot_be_read(tmp_path: Path) -
     them at the moment they matter; once the journal reads again, the series is back."""
 
     async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
-        garbage = tmp_path / "garbage.db"
-        garbage.write_bytes(b"this is not an SQLite database file, not at all" * 100)
-        db = runtime.journal._db
-        runtime.journal._db = sqlite3.connect(garbage, isolation_level=None)
-        try:
+        with _journal_not_a_database(runtime, tmp_path):
             answer = await client.get("/metrics")
-        finally:
-            runtime.journal._db.close()
-            runtime.journal._db = db
         assert answer.status_code == 200, answer.text
         assert "rebalance_sidecar_member_state" in answer.text
         assert "rebalance_sidecar_journal_pending_events" not in answer.text
