@@ -20,6 +20,7 @@ The tree (the HTTP status each maps to on the right)::
     ├── MemberBusy                the member thread did not take the command in time 503
     ├── KafkaRefused              librdkafka refused the member's call               503
     │   └── CommitFailed          Kafka refused the commit                           503
+    │       └── CommitUnanswered  no answer within the bound: outcome unknown        503
     ├── JournalUnavailable        the journal (SQLite) failed under a request        503
     ├── DeadlinePassed            the awaited change did not happen in time          504
     └── StatusError               names its own status (``sidecar.api.ApiError``)  (any)
@@ -133,6 +134,11 @@ class CommitFailed(KafkaRefused):
     pass
 
 
+class CommitUnanswered(CommitFailed):
+    """Kafka did not answer the commit within ``SIDECAR_COMMIT_TIMEOUT_MS``: its outcome is
+    unknown (it may still be applied); committing the same offsets again is safe."""
+
+
 class JournalUnavailable(SidecarError):
     """SQLite failed under an API request (disk full, I/O error, read-only volume)."""
 
@@ -191,6 +197,7 @@ def http_body(error: SidecarError) -> dict[str, Any]:
 __all__ = [
     "BadRequest",
     "CommitFailed",
+    "CommitUnanswered",
     "DeadlinePassed",
     "Forbidden",
     "InvalidSubscription",

@@ -109,15 +109,18 @@ def committed_offsets(
     return CommittedOffsets(tuple(sorted(found.values())), attempts, error if missing else None)
 
 
-def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
-    """Commit synchronously; ``CommitFailed`` says which partitions failed and why."""
-    request = [
+def _commit_request(offsets: tuple[PartitionOffset, ...]) -> list[KafkaTopicPartition]:
+    return [
         KafkaTopicPartition(po.topic, po.partition, po.offset)
         for po in offsets
         if po.offset is not None
     ]
+
+
+def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
+    """Commit synchronously; ``CommitFailed`` says which partitions failed and why."""
     try:
-        results = consumer.commit(offsets=request, asynchronous=False)
+        results = consumer.commit(offsets=_commit_request(offsets), asynchronous=False)
     except KafkaException as exc:
         raise CommitFailed(f"commit failed: {exc.args[0]}") from None
     failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
@@ -125,16 +128,27 @@ def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> 
         raise CommitFailed("commit failed for " + "; ".join(failed))
 
 
+def send_commit(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:
+    """Commit asynchronously: ``on_commit`` answers (``sidecar.commits``); ``CommitFailed``
+    when librdkafka refuses to send it at all."""
+    try:
+        consumer.commit(offsets=_commit_request(offsets), asynchronous=True)
+    except KafkaException as exc:
+        raise CommitFailed(f"commit failed: {exc.args[0]}") from None
+
+
 def consumer_config(
     settings: Settings,
     on_error: Callable[[KafkaError], None],
     on_statistics: Callable[[str], None],
+    on_commit: Callable[[KafkaError | None, list[KafkaTopicPartition]], None],
 ) -> dict[str, Any]:
     """The member's ``Consumer`` configuration: it holds membership, never auto-commits."""
     # The same configuration the CLI has librdkafka judge before start-up, plus callbacks.
     config: dict[str, Any] = {
         **settings.consumer_config(),
         "error_cb": on_error,
+        "on_commit": on_commit,
         "logger": kafka_logger("member"),
     }
     if settings.statistics_interval_ms:

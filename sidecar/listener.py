@@ -202,11 +202,21 @@ class RebalanceListener:
             self._core.barrier_over()
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
+        """Commit synchronously (inside a callback: see ``sidecar.commits``)."""
         try:
             commit_offsets(consumer, offsets)
-        except CommitFailed:
-            self._metrics.commits.labels(source, "failed").inc()
+        except CommitFailed as exc:
+            self.commit_done(offsets, source, str(exc))
             raise
+        self.commit_done(offsets, source, None)
+
+    def commit_done(
+        self, offsets: tuple[PartitionOffset, ...], source: str, failure: str | None
+    ) -> None:
+        """Count a commit's outcome (``failure``: why it failed or is unknown)."""
+        if failure is not None:
+            self._metrics.commits.labels(source, "failed").inc()
+            return
         self.link.contact()  # the coordinator answered
         self._metrics.commits.labels(source, "committed").inc()
         self.log.info("offsets committed", source=source, offsets=[po.as_dict() for po in offsets])

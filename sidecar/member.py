@@ -31,16 +31,24 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
-from sidecar.errors import KafkaRefused, MemberGone
-from sidecar.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
+from sidecar.commits import CommitsInFlight, commit_failure
+from sidecar.errors import CommitFailed, KafkaRefused, MemberGone
+from sidecar.group_calls import (
+    ENFORCE_PATTERN,
+    consumer_config,
+    generation_of,
+    rejoin,
+    send_commit,
+)
 from sidecar.handoff import Command, Handoff, PendingCommand
 from sidecar.journal import Journal
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
-from sidecar.model import EventType, MemberState, PartitionOffset
+from sidecar.model import EventType, MemberState
 from sidecar.settings import Settings
 
 __all__ = ["JOURNAL_FAILED_EXIT", "GroupMember", "JournalFailed", "generation_of"]
@@ -64,6 +72,9 @@ def _exit_process(reason: str) -> None:
     time.sleep(_EXIT_GRACE_SECONDS)
     os._exit(JOURNAL_FAILED_EXIT)
 
+
+# A command whose caller is answered later (a commit, when Kafka answers it).
+_ANSWERED_LATER = object()
 
 # -- the member ---------------------------------------------------------------------------
 
@@ -105,6 +116,7 @@ class GroupMember:
         )
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
+        self._commits = CommitsInFlight(settings.commit_timeout_ms / 1000)
         self._next_contact_probe = 0.0
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
@@ -160,7 +172,12 @@ class GroupMember:
     def _session(self) -> None:
         self._link.new_session()
         consumer = self._consumer_factory(
-            consumer_config(self._settings, self._listener.on_error, self._listener.on_statistics)
+            consumer_config(
+                self._settings,
+                self._listener.on_error,
+                self._listener.on_statistics,
+                self._on_commit,
+            )
         )
         self._consumer = consumer
         self._rejoining = False
@@ -175,6 +192,7 @@ class GroupMember:
             while not self._leaving.is_set() and self._link.fatal is None and not self._recreate:
                 self.last_tick = now = time.monotonic()
                 self._serve_commands()
+                self._expire_commits(now)
                 self._check_session(now)
                 if now >= next_identity_check and self._consumer is not None:
                     # KIP-848 bumps member epochs without a callback when nothing moves.
@@ -197,6 +215,7 @@ class GroupMember:
         finally:
             if self._consumer is not None:
                 self._close(reason=self._session_end_reason())
+            self._abandon_commits("the consumer closed")
 
     def _subscribe(self, extra: tuple[str, ...] = ()) -> None:
         assert self._consumer is not None
@@ -288,7 +307,7 @@ class GroupMember:
     # -- commands --------------------------------------------------------------------------
 
     def _serve_commands(self) -> None:
-        self._run_commands(self._handoff.take_commands())
+        self._run_commands(self._handoff.take_commands(), between_polls=True)
 
     def _serve_commits(self) -> None:
         """Inside a revoke barrier: commits only (the app commits from its revoke handler).
@@ -297,17 +316,22 @@ class GroupMember:
         queued for the next turn of the poll loop, and its caller's deadline can still
         withdraw it (``MemberBusy``: never run).
         """
-        self._run_commands(self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)))
+        self._run_commands(
+            self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)),
+            between_polls=False,
+        )
 
-    def _run_commands(self, batch: list[PendingCommand]) -> None:
+    def _run_commands(self, batch: list[PendingCommand], *, between_polls: bool) -> None:
         """Run ``batch``; a command that calls for a fail stop gets it once every command
-        of the batch is answered (the ones after it without running: ``MemberGone``)."""
+        of the batch is answered (the ones after it without running: ``MemberGone``).
+        ``between_polls``: not inside a rebalance callback, so ``poll()`` can answer an
+        asynchronous commit (``sidecar.commits``)."""
         for pending in batch:
-            self._run_command(pending)
+            self._run_command(pending, between_polls)
         if self._fail_after_commands is not None:
             self._listener.failing(self._fail_after_commands)
 
-    def _run_command(self, pending: PendingCommand) -> None:
+    def _run_command(self, pending: PendingCommand, between_polls: bool) -> None:
         failed = self._listener.failed or self._fail_after_commands
         if failed is not None:
             # Failing stop: nothing more runs (a queued commit must not commit, a second
@@ -316,13 +340,13 @@ class GroupMember:
                 pending.future.set_exception(MemberGone(f"the group member stopped: {failed}"))
             return
         try:
-            result = self._execute(pending.command)
+            result = self._execute(pending, between_polls)
         except Exception as exc:
             error, self._fail_after_commands = self._command_error(pending.command, exc)
             if not pending.future.done():
                 pending.future.set_exception(error)
         else:
-            if not pending.future.done():
+            if result is not _ANSWERED_LATER and not pending.future.done():
                 pending.future.set_result(result)
 
     def _command_error(self, command: Command[Any], exc: Exception) -> tuple[Exception, str | None]:
@@ -342,9 +366,10 @@ class GroupMember:
             return KafkaRefused(f"Kafka refused it: {text}"), None
         return exc, None
 
-    def _execute(self, command: Command[Any]) -> Any:
+    def _execute(self, pending: PendingCommand, between_polls: bool) -> Any:
+        command = pending.command
         if isinstance(command, Commit):
-            return self._commit_for_app(command)
+            return self._commit_for_app(command, pending if between_polls else None)
         if isinstance(command, EnforceRebalance):
             return self._enforce(command.reason)
         if isinstance(command, Leave):
@@ -355,12 +380,59 @@ class GroupMember:
             return self._handoff.snapshot
         raise TypeError(f"unknown command {command!r}")
 
-    def _commit_for_app(self, command: Commit) -> tuple[PartitionOffset, ...]:
+    def _commit_for_app(self, command: Commit, caller: PendingCommand | None) -> Any:
+        """Commit for the application: sent asynchronously and answered by ``on_commit``
+        when there is a ``caller`` to answer later (between polls), else synchronously."""
         if self._consumer is None:
             raise NotInGroup("not in the group")
         self._core.check_commit(command.offsets, command.generation_id)
-        self._listener.commit(self._consumer, command.offsets, source="api")
-        return command.offsets
+        if caller is None or not any(po.offset is not None for po in command.offsets):
+            self._listener.commit(self._consumer, command.offsets, source="api")
+            return command.offsets
+        try:
+            send_commit(self._consumer, command.offsets)
+        except CommitFailed as exc:
+            self._listener.commit_done(command.offsets, "api", str(exc))
+            raise
+        self._commits.sent(caller, command.offsets, time.monotonic())
+        return _ANSWERED_LATER
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
+        """librdkafka answered a commit (from ``poll()`` or ``close()``, member thread)."""
+        flight = self._commits.answered(partitions)
+        if flight is None:
+            return  # a synchronous commit's: answered where it was made
+        failure = commit_failure(error, partitions)
+        caller = flight.caller
+        if caller is None:  # its caller was told "unknown" already, and counted it
+            self._log.warning(
+                "a commit was answered after its bound",
+                outcome=failure or "committed",
+                offsets=[po.as_dict() for po in flight.offsets],
+            )
+            return
+        self._listener.commit_done(flight.offsets, "api", failure)
+        if caller.future.done():
+            return
+        if failure is None:
+            caller.future.set_result(flight.offsets)
+        else:
+            caller.future.set_exception(CommitFailed(failure))
+
+    def _expire_commits(self, now: float) -> None:
+        for flight in self._commits.overdue(now):
+            self._listener.commit_done(flight.offsets, "api", "no answer within the bound")
+            self._log.warning(
+                "no answer from Kafka to a commit within its bound: the outcome is unknown",
+                bound_s=self._commits.bound_s,
+                offsets=[po.as_dict() for po in flight.offsets],
+            )
+
+    def _abandon_commits(self, why: str) -> None:
+        waiting = self._commits.abandon(why)
+        if waiting:
+            self._metrics.commits.labels("api", "failed").inc(waiting)
+            self._log.warning("commits left unanswered by Kafka", callers=waiting, why=why)
 
     def _enforce(self, reason: str) -> EnforceResult:
         if self._consumer is None:
@@ -398,4 +470,5 @@ class GroupMember:
         Commands still queued, and any sent from now on, are answered ``MemberGone``."""
         self._leaving.set()
         self._handoff.close()
+        self._abandon_commits("the member stopped")
         self._fail_stop(reason)

@@ -232,6 +232,13 @@ class Settings(BaseSettings):
     committed_timeout_ms: int = Field(
         default=5_000, ge=100, description="Bound of reading committed offsets on assignment."
     )
+    commit_timeout_ms: int = Field(
+        default=10_000,
+        ge=100,
+        le=25_000,
+        description="Bound of `POST /commit`'s wait for Kafka's answer: past it, a `503` "
+        "says the outcome is unknown (a commit during a revoke barrier is not bounded).",
+    )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."
     )

@@ -87,7 +87,9 @@ async def enforce_rebalance(
 @router.post("/commit", response_model=CommitOut, responses=errors(401, 403, 409, 503, 504))
 async def commit(runtime: RuntimeDep, timeout: TimeoutDep, body: CommitIn) -> dict[str, Any]:
     """Commit offsets as the group member. Refused (409) for partitions not owned, and,
-    with `generation_id`, when the member has moved on to another generation."""
+    with `generation_id`, when the member has moved on to another generation. `503` when
+    Kafka refused, or did not answer within `SIDECAR_COMMIT_TIMEOUT_MS`: then the outcome
+    is unknown, and committing the same offsets again is safe."""
     offsets = tuple(PartitionOffset(o.topic, o.partition, o.offset) for o in body.offsets)
     await submit(runtime, Commit(offsets, generation_id=body.generation_id), timeout)
     return {"committed": [o.model_dump() for o in body.offsets]}
