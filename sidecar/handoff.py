@@ -69,6 +69,7 @@ class PendingCommand:
 
     command: Command[Any]
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    asked_at: float = field(default_factory=time.monotonic)  # when its caller submitted it
 
 
 def _nobody_waits(answer: asyncio.Future[Any]) -> None:

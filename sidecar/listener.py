@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
+from sidecar.commits import ONE_AT_A_TIME
 from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
@@ -62,6 +63,7 @@ class RebalanceListener:
         sources: StateSources,
         serve_commits: Callable[[], None],
         fail_stop: Callable[[str], None],
+        commit_pending: Callable[[tuple[PartitionOffset, ...]], bool] = lambda offsets: False,
     ) -> None:
         self._settings = settings
         self._core = core
@@ -70,6 +72,7 @@ class RebalanceListener:
         self._sources = sources
         self._serve_commits = serve_commits
         self._fail_stop = fail_stop
+        self._commit_pending = commit_pending
         self.journal: Journal | None = None  # opened by the member thread
         self.link = KafkaLink(metrics, sources, lambda: self.log)
         self.log: Any = log.bind(group_id=settings.group_id)
@@ -202,24 +205,26 @@ class RebalanceListener:
             self._core.barrier_over()
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
-        """Commit synchronously (inside a callback: see ``sidecar.commits``)."""
+        """Commit synchronously (inside a callback, where nothing could answer an
+        asynchronous commit: see ``sidecar.commits``); not while an earlier commit of the
+        same partitions is still unanswered."""
         try:
+            if self._commit_pending(offsets):
+                raise CommitFailed(ONE_AT_A_TIME)
             commit_offsets(consumer, offsets)
-        except CommitFailed as exc:
-            self.commit_done(offsets, source, str(exc))
+        except CommitFailed:
+            self.commit_done(offsets, source, "failed")
             raise
-        self.commit_done(offsets, source, None)
+        self.commit_done(offsets, source, "committed")
 
-    def commit_done(
-        self, offsets: tuple[PartitionOffset, ...], source: str, failure: str | None
-    ) -> None:
-        """Count a commit's outcome (``failure``: why it failed or is unknown)."""
-        if failure is not None:
-            self._metrics.commits.labels(source, "failed").inc()
-            return
-        self.link.contact()  # the coordinator answered
-        self._metrics.commits.labels(source, "committed").inc()
-        self.log.info("offsets committed", source=source, offsets=[po.as_dict() for po in offsets])
+    def commit_done(self, offsets: tuple[PartitionOffset, ...], source: str, outcome: str) -> None:
+        """Count a commit's outcome: ``committed``, ``failed`` or ``unknown``."""
+        self._metrics.commits.labels(source, outcome).inc()
+        if outcome == "committed":
+            self.link.contact()  # the coordinator answered
+            self.log.info(
+                "offsets committed", source=source, offsets=[po.as_dict() for po in offsets]
+            )
 
     def _commit_handed_back(
         self, consumer: Consumer, event: Event, outcome: BarrierOutcome

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
-from sidecar.commits import CommitsInFlight, commit_failure
+from sidecar.commits import AppCommit, CommitsInFlight, Told, commit_failure
 from sidecar.errors import CommitFailed, KafkaRefused, MemberGone
 from sidecar.group_calls import (
     ENFORCE_PATTERN,
@@ -111,12 +111,19 @@ class GroupMember:
                 kip848=settings.group_protocol == "consumer",
             )
         )
+        self._commits = CommitsInFlight(settings.commit_timeout_ms / 1000)
         self._listener = RebalanceListener(
-            settings, self._core, handoff, metrics, sources, self._serve_commits, self._fail
+            settings,
+            self._core,
+            handoff,
+            metrics,
+            sources,
+            self._serve_commits,
+            self._fail,
+            commit_pending=self._commits.busy,
         )
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
-        self._commits = CommitsInFlight(settings.commit_timeout_ms / 1000)
         self._next_contact_probe = 0.0
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
@@ -213,9 +220,11 @@ class GroupMember:
                 if error is not None and ENFORCE_PATTERN not in error.str():
                     self._listener.on_error(error)
         finally:
-            if self._consumer is not None:
-                self._close(reason=self._session_end_reason())
-            self._abandon_commits("the consumer closed")
+            try:
+                if self._consumer is not None:
+                    self._close(reason=self._session_end_reason())
+            finally:
+                self._told(self._commits.abandon("the consumer closed"))
 
     def _subscribe(self, extra: tuple[str, ...] = ()) -> None:
         assert self._consumer is not None
@@ -314,8 +323,10 @@ class GroupMember:
 
         Anything else (enforce, leave) must not run inside a rebalance callback: it stays
         queued for the next turn of the poll loop, and its caller's deadline can still
-        withdraw it (``MemberBusy``: never run).
+        withdraw it (``MemberBusy``: never run). Commits sent before the barrier cannot be
+        answered until it is over: their callers are told so now (``sidecar.commits``).
         """
+        self._told(self._commits.interrupt("a rebalance began"))
         self._run_commands(
             self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)),
             between_polls=False,
@@ -389,50 +400,65 @@ class GroupMember:
         if caller is None or not any(po.offset is not None for po in command.offsets):
             self._listener.commit(self._consumer, command.offsets, source="api")
             return command.offsets
-        try:
-            send_commit(self._consumer, command.offsets)
-        except CommitFailed as exc:
-            self._listener.commit_done(command.offsets, "api", str(exc))
-            raise
-        self._commits.sent(caller, command.offsets, time.monotonic())
+        self._commits.take(caller, command, caller.asked_at)
+        self._send_held()
         return _ANSWERED_LATER
 
+    def _send_held(self) -> None:
+        """Send the held commits whose partitions have no commit in flight any more."""
+        for commit in self._commits.sendable():
+            offsets = commit.command.offsets
+            try:
+                if self._consumer is None:
+                    raise NotInGroup("not in the group")
+                # Held a while, maybe: the partitions may have moved on meanwhile.
+                self._core.check_commit(offsets, commit.command.generation_id)
+                send_commit(self._consumer, offsets)
+            except Exception as exc:
+                if isinstance(exc, CommitFailed):
+                    self._listener.commit_done(offsets, "api", "failed")
+                commit.tell(self._command_error(commit.command, exc)[0])
+            else:
+                self._commits.sent(commit)
+
     def _on_commit(self, error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
-        """librdkafka answered a commit (from ``poll()`` or ``close()``, member thread)."""
-        flight = self._commits.answered(partitions)
-        if flight is None:
-            return  # a synchronous commit's: answered where it was made
-        failure = commit_failure(error, partitions)
-        caller = flight.caller
-        if caller is None:  # its caller was told "unknown" already, and counted it
+        """librdkafka answered an asynchronous commit (from ``poll()`` or ``close()``)."""
+        commit = self._commits.answered(partitions)
+        if commit is not None:
+            self._commit_answered(commit, commit_failure(error, partitions))
+        self._send_held()
+
+    def _commit_answered(self, commit: AppCommit, failure: str | None) -> None:
+        offsets = commit.command.offsets
+        if commit.caller is None:  # its caller was told "unknown" already, and counted
             self._log.warning(
-                "a commit was answered after its bound",
+                "Kafka answered a commit after its caller was told the outcome is unknown",
                 outcome=failure or "committed",
-                offsets=[po.as_dict() for po in flight.offsets],
+                offsets=[po.as_dict() for po in offsets],
             )
             return
-        self._listener.commit_done(flight.offsets, "api", failure)
-        if caller.future.done():
-            return
-        if failure is None:
-            caller.future.set_result(flight.offsets)
+        self._listener.commit_done(offsets, "api", "failed" if failure else "committed")
+        if failure is not None:
+            commit.tell(CommitFailed(failure))
         else:
-            caller.future.set_exception(CommitFailed(failure))
+            commit.succeed()
 
     def _expire_commits(self, now: float) -> None:
-        for flight in self._commits.overdue(now):
-            self._listener.commit_done(flight.offsets, "api", "no answer within the bound")
-            self._log.warning(
-                "no answer from Kafka to a commit within its bound: the outcome is unknown",
-                bound_s=self._commits.bound_s,
-                offsets=[po.as_dict() for po in flight.offsets],
-            )
+        self._told(self._commits.overdue(now))
 
-    def _abandon_commits(self, why: str) -> None:
-        waiting = self._commits.abandon(why)
-        if waiting:
-            self._metrics.commits.labels("api", "failed").inc(waiting)
-            self._log.warning("commits left unanswered by Kafka", callers=waiting, why=why)
+    def _told(self, told: Told) -> None:
+        """Count and log the commits whose callers were answered without Kafka's word."""
+        for commit in told.unknown:
+            self._listener.commit_done(commit.command.offsets, "api", "unknown")
+        for commit in told.not_sent:
+            self._listener.commit_done(commit.command.offsets, "api", "failed")
+        if told.unknown or told.not_sent:
+            self._log.warning(
+                "commits answered without Kafka's answer",
+                outcome_unknown=len(told.unknown),
+                not_sent=len(told.not_sent),
+                in_flight=len(self._commits),
+            )
 
     def _enforce(self, reason: str) -> EnforceResult:
         if self._consumer is None:
@@ -470,5 +496,5 @@ class GroupMember:
         Commands still queued, and any sent from now on, are answered ``MemberGone``."""
         self._leaving.set()
         self._handoff.close()
-        self._abandon_commits("the member stopped")
+        self._told(self._commits.abandon("the member stopped"))
         self._fail_stop(reason)

@@ -104,7 +104,8 @@ class Metrics:
         )
         self.commits = Counter(
             f"{PREFIX}commits_total",
-            "Offset commits made for the application, by source (api, revoke) and outcome.",
+            "Offset commits made for the application, by source (api, revoke) and outcome "
+            "(committed, failed, unknown: no answer from Kafka within the bound).",
             ["source", "outcome"],
             registry=registry,
         )

@@ -236,8 +236,9 @@ class Settings(BaseSettings):
         default=10_000,
         ge=100,
         le=25_000,
-        description="Bound of `POST /commit`'s wait for Kafka's answer: past it, a `503` "
-        "says the outcome is unknown (a commit during a revoke barrier is not bounded).",
+        description="Bound of `POST /commit`'s wait for Kafka's answer, from the request: "
+        "past it, a `503` says the outcome is unknown (a commit during a revoke barrier is "
+        "not bounded).",
     )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."

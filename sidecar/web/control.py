@@ -88,8 +88,9 @@ async def enforce_rebalance(
 async def commit(runtime: RuntimeDep, timeout: TimeoutDep, body: CommitIn) -> dict[str, Any]:
     """Commit offsets as the group member. Refused (409) for partitions not owned, and,
     with `generation_id`, when the member has moved on to another generation. `503` when
-    Kafka refused, or did not answer within `SIDECAR_COMMIT_TIMEOUT_MS`: then the outcome
-    is unknown, and committing the same offsets again is safe."""
+    Kafka refused, or did not answer within `SIDECAR_COMMIT_TIMEOUT_MS` or before a
+    rebalance began (the outcome is unknown: commit again), or an earlier commit of the
+    same partitions is still unanswered (not committed: one at a time per partition)."""
     offsets = tuple(PartitionOffset(o.topic, o.partition, o.offset) for o in body.offsets)
     await submit(runtime, Commit(offsets, generation_id=body.generation_id), timeout)
     return {"committed": [o.model_dump() for o in body.offsets]}

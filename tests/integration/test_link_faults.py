@@ -9,6 +9,8 @@ broker directly.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,10 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from sidecar.subscriptions import new_secret
+from sidecar.testkit.kafka import committed
 from tests.support.kafka import create_topic, unique
+from tests.support.receiver import running, slow_revoke
 from tests.support.sidecars import Sidecar, wait_until
 from tests.support.toxiproxy import ProxiedBroker, proxied_broker
 
@@ -209,11 +214,14 @@ def test_a_commit_the_coordinator_does_not_answer_is_bounded(
     assert answer.headers["retry-after"]
     assert "no answer from Kafka within 1 s" in answer.json()["error"]
     metrics = sidecar.client.get("/metrics").text
-    assert 'rebalance_sidecar_commits_total{outcome="failed",source="api"} 1.0' in metrics
+    assert 'rebalance_sidecar_commits_total{outcome="unknown",source="api"} 1.0' in metrics
     # The member thread is free: the next commit is taken and bounded too (it used to
-    # wait behind the first: "did not take the command", or a 504 after 30 s).
+    # wait behind the first: "did not take the command", or a 504 after 30 s). It is of
+    # the same partition, so it is not sent beside the first, still unanswered: a retry
+    # of that one could land after it and move the committed offset backwards.
     again = sidecar.client.post("/commit", json=offsets, timeout=60)
-    assert again.status_code == 503 and "no answer from Kafka" in again.json()["error"]
+    assert again.status_code == 503, again.text
+    assert "not committed: an earlier commit" in again.json()["error"]
     assert sidecar.assignment()["state"] == "stable"
 
     broker.proxy.heal()
@@ -222,3 +230,67 @@ def test_a_commit_the_coordinator_does_not_answer_is_bounded(
         90,
         "a commit once Kafka answers again",
     )
+
+
+def test_a_commit_in_flight_when_a_revoke_barrier_opens_is_answered_at_once(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """A commit sent between polls is answered from ``poll()``, and none runs inside a
+    rebalance callback. A revoke barrier that opened while it was in flight left its
+    caller waiting for the whole barrier (an application that waits for its commit
+    before it acknowledges the revoke would hold the group until the revoke timeout).
+    Now the caller is told at once that the outcome is unknown; the commit still lands
+    before the partitions move; and a commit of the same partition inside the barrier is
+    refused, not sent beside it (two commits of a partition in flight may land in either
+    order, and its committed offset would move backwards)."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    group = unique("group")
+    secret = new_secret()
+    with running(secret, slow_revoke(8.0)) as app:  # the app takes 8 s over a revoke
+        sidecar = Sidecar(
+            broker.proxied,
+            group,
+            topic,
+            tmp_path / "barrier",
+            revoke_timeout_ms=20_000,
+            extra_env={"SIDECAR_COMMIT_TIMEOUT_MS": "20000"},
+            webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}],
+        )
+        sidecars.append(sidecar.start())
+        sidecar.wait_stable()
+        first = {"offsets": [{"topic": topic, "partition": 0, "offset": 5}]}
+        broker.proxy.slow(3_000)  # Kafka's answers now come 3 s late
+        answers: dict[str, httpx.Response] = {}
+
+        def commit() -> None:
+            answers["first"] = sidecar.client.post("/commit", json=first, timeout=60)
+
+        committing = threading.Thread(target=commit)
+        committing.start()
+        # Set-up, not a measure: the commit is taken (within a poll, 20 ms) before the
+        # enforce; were it not, it would run inside the barrier and the checks below fail.
+        time.sleep(1.0)
+        assert sidecar.client.post("/enforce-rebalance").status_code == 202
+        committing.join(30)
+        answer = answers["first"]
+        assert answer.status_code == 503, answer.text
+        assert "no answer from Kafka before a rebalance began" in answer.json()["error"]
+        assert answer.headers["retry-after"]
+
+        revoked = "kafka.partitions.revoked"
+        wait_until(lambda: any(e["type"] == revoked for e in sidecar.history()), 30, revoked)
+        newer = {"offsets": [{"topic": topic, "partition": 0, "offset": 6}]}
+        inside = sidecar.client.post("/commit", json=newer, timeout=60)
+        assert inside.status_code == 503, inside.text
+        assert "still unanswered by Kafka" in inside.json()["error"]
+
+        broker.proxy.heal()
+        wait_until(
+            lambda: committed(broker.direct, group, topic, PARTITIONS).get(0) == 5,
+            60,
+            "the first commit landed",
+        )
+        sidecar.wait_stable()
+        metrics = sidecar.client.get("/metrics").text
+        assert 'rebalance_sidecar_commits_total{outcome="unknown",source="api"} 1.0' in metrics
+        assert 'rebalance_sidecar_commits_total{outcome="failed",source="api"} 1.0' in metrics

@@ -1,4 +1,5 @@
-"""Commits in flight (``sidecar.commits``): librdkafka's ``on_commit`` names no request."""
+"""The application's commits between polls (``sidecar.commits``): held, in flight,
+answered by librdkafka's ``on_commit``, which names no request."""
 
 from __future__ import annotations
 
@@ -8,68 +9,124 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from sidecar.commands import Commit
 from sidecar.commits import CommitsInFlight, commit_failure, commit_key
-from sidecar.errors import CommitUnanswered
+from sidecar.errors import CommitFailed, CommitUnanswered
 from sidecar.handoff import PendingCommand
 from sidecar.model import PartitionOffset
 
 
-def _offsets(*triples: tuple[str, int, int]) -> tuple[PartitionOffset, ...]:
-    return tuple(PartitionOffset(t, p, o) for t, p, o in triples)
+def _commit(*triples: tuple[str, int, int]) -> Commit:
+    return Commit(tuple(PartitionOffset(t, p, o) for t, p, o in triples))
 
 
 def _answer(*triples: tuple[str, int, int]) -> list[KafkaTopicPartition]:
     return [KafkaTopicPartition(t, p, o) for t, p, o in triples]
 
 
-def test_an_answer_is_matched_by_its_offsets_in_any_order_oldest_first() -> None:
-    flights = CommitsInFlight(1.0)
-    first, second, other = PendingCommand(None), PendingCommand(None), PendingCommand(None)  # type: ignore[arg-type]
-    flights.sent(first, _offsets(("t", 0, 5), ("t", 1, 7)), now=0.0)
-    flights.sent(other, _offsets(("t", 0, 6)), now=0.0)
-    flights.sent(second, _offsets(("t", 1, 7), ("t", 0, 5)), now=0.1)
+def _caller(command: Commit) -> PendingCommand:
+    return PendingCommand(command)
 
-    answered = flights.answered(_answer(("t", 1, 7), ("t", 0, 5)))
+
+def _take(flights: CommitsInFlight, command: Commit, at: float = 0.0) -> PendingCommand:
+    caller = _caller(command)
+    flights.take(caller, command, at)
+    return caller
+
+
+def test_one_commit_of_a_partition_in_flight_the_next_is_held_until_it_is_answered() -> None:
+    flights = CommitsInFlight(10.0)
+    first = _take(flights, _commit(("t", 0, 5), ("t", 1, 7)))
+    other = _take(flights, _commit(("t", 2, 1)))
+    second = _take(flights, _commit(("t", 1, 9)))  # t[1] again: behind the first
+    third = _take(flights, _commit(("t", 1, 11)))  # and behind the second, not beside it
+    ready = flights.sendable()
+    assert [c.caller for c in ready] == [first, other]
+    for commit in ready:
+        flights.sent(commit)
+    assert flights.sendable() == []
+    assert flights.busy(_commit(("t", 1, 0)).offsets)
+    assert not flights.busy(_commit(("t", 3, 0)).offsets)
+
+    answered = flights.answered(_answer(("t", 1, 7), ("t", 0, 5)))  # any order
     assert answered is not None and answered.caller is first
-    answered = flights.answered(_answer(("t", 0, 5), ("t", 1, 7)))
-    assert answered is not None and answered.caller is second
-    assert flights.answered(_answer(("t", 0, 5), ("t", 1, 7))) is None  # a sync commit's
-    assert len(flights) == 1
+    answered.succeed()
+    assert first.future.result(timeout=0) == _commit(("t", 0, 5), ("t", 1, 7)).offsets
+    [next_one] = flights.sendable()
+    assert next_one.caller is second  # the third still waits for the second
+    flights.sent(next_one)
+    assert flights.sendable() == []
+    assert not third.future.done()
 
 
-def test_an_overdue_commit_is_told_unknown_once_and_its_late_answer_still_matches() -> None:
+def test_an_answer_that_is_none_of_ours_matches_nothing() -> None:
+    flights = CommitsInFlight(10.0)
+    _take(flights, _commit(("t", 0, 5)))
+    for commit in flights.sendable():
+        flights.sent(commit)
+    assert flights.answered(_answer(("t", 0, 6))) is None
+    assert flights.answered(_answer(("t", 0, 5))) is not None
+    assert len(flights) == 0
+
+
+def test_past_the_deadline_a_sent_commit_is_unknown_and_a_held_one_is_not_sent() -> None:
     flights = CommitsInFlight(1.5)
-    caller = PendingCommand(None)  # type: ignore[arg-type]
-    flights.sent(caller, _offsets(("t", 0, 5)), now=10.0)
-    assert flights.overdue(11.4) == []
-    [late] = flights.overdue(11.5)
-    assert late.caller is None
+    sent = _take(flights, _commit(("t", 0, 5)), at=10.0)
+    for commit in flights.sendable():
+        flights.sent(commit)
+    held = _take(flights, _commit(("t", 0, 6)), at=10.5)
+    assert flights.overdue(11.4).unknown == []
+    told = flights.overdue(11.5)
+    assert [c.caller for c in told.unknown] == [None] and told.not_sent == []
     with pytest.raises(CommitUnanswered, match=r"no answer from Kafka within 1\.5 s"):
-        caller.future.result(timeout=0)
-    assert flights.overdue(20.0) == []  # told once
-    answered = flights.answered(_answer(("t", 0, 5)))
-    assert answered is late and answered.caller is None  # logged, not answered twice
+        sent.future.result(timeout=0)
+    told = flights.overdue(12.0)
+    assert told.unknown == [] and len(told.not_sent) == 1  # told once each
+    with pytest.raises(CommitFailed, match="not committed: an earlier commit") as refused:
+        held.future.result(timeout=0)
+    assert not isinstance(refused.value, CommitUnanswered)  # certain: nothing committed
+    late = flights.answered(_answer(("t", 0, 5)))
+    assert late is not None and late.caller is None  # Kafka's late answer: logged only
     assert len(flights) == 0
 
 
-def test_abandoning_tells_the_callers_still_waiting_and_forgets_every_commit() -> None:
+def test_a_rebalance_tells_every_waiting_caller_at_once_and_keeps_the_flights() -> None:
+    flights = CommitsInFlight(10.0)
+    sent = _take(flights, _commit(("t", 0, 5)))
+    for commit in flights.sendable():
+        flights.sent(commit)
+    held = _take(flights, _commit(("t", 0, 6)))
+    told = flights.interrupt("a rebalance began")
+    assert len(told.unknown) == 1 and len(told.not_sent) == 1
+    with pytest.raises(CommitUnanswered, match="no answer from Kafka before a rebalance began"):
+        sent.future.result(timeout=0)
+    with pytest.raises(CommitFailed, match="before a rebalance began"):
+        held.future.result(timeout=0)
+    told = flights.interrupt("a rebalance began")
+    assert told.unknown == [] and told.not_sent == []  # once
+    assert flights.busy(_commit(("t", 0, 7)).offsets)  # still in flight: one at a time
+    assert flights.answered(_answer(("t", 0, 5))) is not None
+
+
+def test_abandoning_tells_the_waiting_callers_and_forgets_every_commit() -> None:
     flights = CommitsInFlight(1.0)
-    waiting, told = PendingCommand(None), PendingCommand(None)  # type: ignore[arg-type]
-    flights.sent(told, _offsets(("t", 0, 1)), now=0.0)
-    flights.overdue(5.0)
-    flights.sent(waiting, _offsets(("t", 0, 2)), now=4.5)
-    assert flights.abandon("the consumer closed") == 1
-    with pytest.raises(CommitUnanswered, match="the consumer closed before Kafka answered"):
+    waiting = _take(flights, _commit(("t", 0, 2)))
+    for commit in flights.sendable():
+        flights.sent(commit)
+    told = flights.abandon("the consumer closed")
+    assert len(told.unknown) == 1
+    with pytest.raises(CommitUnanswered, match="before the consumer closed"):
         waiting.future.result(timeout=0)
-    assert len(flights) == 0
+    assert len(flights) == 0 and not flights.busy(_commit(("t", 0, 3)).offsets)
 
 
 def test_a_caller_that_gave_up_is_not_answered() -> None:
     flights = CommitsInFlight(1.0)
-    caller = PendingCommand(None)  # type: ignore[arg-type]
+    caller = _take(flights, _commit(("t", 0, 1)))
     caller.future.cancel()
-    flights.sent(caller, _offsets(("t", 0, 1)), now=0.0)
-    assert len(flights.overdue(2.0)) == 1  # no InvalidStateError from a cancelled future
+    for commit in flights.sendable():
+        flights.sent(commit)
+    assert len(flights.overdue(2.0).unknown) == 1  # no InvalidStateError
 
 
 def test_what_failed_in_an_answer() -> None:
@@ -86,4 +143,4 @@ def test_what_failed_in_an_answer() -> None:
     ]
     failure = commit_failure(None, partial)  # type: ignore[arg-type]
     assert failure is not None and failure.startswith("commit failed for t[1]: ")
-    assert commit_key(_offsets(("t", 0, 1))) == commit_key(_answer(("t", 0, 1)))
+    assert commit_key(_commit(("t", 0, 1)).offsets) == commit_key(_answer(("t", 0, 1)))
