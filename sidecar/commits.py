@@ -23,7 +23,11 @@ Rules this module keeps:
   revoke barrier opens, callers still waiting are told the outcome is unknown at once
   (their commit was sent first and librdkafka holds the rejoin until it is answered, so
   it lands before the partitions move, or fails), held commits are not sent, and
-  commits made during the barrier are synchronous (``sidecar.group_calls``).
+  commits made during the barrier are synchronous (``sidecar.group_calls``). Those are
+  *not* held behind a commit in flight (nothing could release them before the
+  partitions move, and the application's last commit before a handover is the one that
+  matters): sent after it on the same connection, they land after it, unless librdkafka
+  has to retry the earlier one (a timed-out request, a moved coordinator).
 
 Member thread only.
 """
@@ -40,7 +44,6 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from sidecar.commands import Commit
 from sidecar.errors import CommitFailed, CommitUnanswered
 from sidecar.handoff import PendingCommand
-from sidecar.model import PartitionOffset
 
 CommitKey = tuple[tuple[str, int, int], ...]
 PartitionKey = tuple[str, int]
@@ -121,11 +124,6 @@ class CommitsInFlight:
         """Hold a commit its caller asked for at ``asked_at`` (monotonic)."""
         self._held.append(AppCommit(command, caller, asked_at + self.bound_s))
 
-    def busy(self, offsets: tuple[PartitionOffset, ...]) -> bool:
-        """Some partition of ``offsets`` has a commit held or in flight."""
-        wanted = {(po.topic, po.partition) for po in offsets}
-        return any(c.partitions & wanted for c in (*self._sent, *self._held))
-
     def sendable(self) -> list[AppCommit]:
         """The held commits to send now, oldest first, out of the held list: those whose
         partitions no commit in flight, and no older held one, touches."""
@@ -192,14 +190,6 @@ class CommitsInFlight:
             "still be applied; commit the same or newer offsets again)"
         )
 
-
-#: A synchronous commit (inside a callback) refused while an earlier one is in flight.
-ONE_AT_A_TIME = (
-    "not committed: an earlier commit of the same partitions is still unanswered by Kafka "
-    "(it was sent before this rebalance and lands before the partitions move, or fails); "
-    "only one commit of a partition is sent at a time, so that its committed offset never "
-    "moves backwards"
-)
 
 _NOT_SENT = (
     "not committed: an earlier commit of the same partitions was still unanswered by "

@@ -25,7 +25,6 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
-from sidecar.commits import ONE_AT_A_TIME
 from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
@@ -63,7 +62,6 @@ class RebalanceListener:
         sources: StateSources,
         serve_commits: Callable[[], None],
         fail_stop: Callable[[str], None],
-        commit_pending: Callable[[tuple[PartitionOffset, ...]], bool] = lambda offsets: False,
     ) -> None:
         self._settings = settings
         self._core = core
@@ -72,7 +70,6 @@ class RebalanceListener:
         self._sources = sources
         self._serve_commits = serve_commits
         self._fail_stop = fail_stop
-        self._commit_pending = commit_pending
         self.journal: Journal | None = None  # opened by the member thread
         self.link = KafkaLink(metrics, sources, lambda: self.log)
         self.log: Any = log.bind(group_id=settings.group_id)
@@ -206,11 +203,8 @@ class RebalanceListener:
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
         """Commit synchronously (inside a callback, where nothing could answer an
-        asynchronous commit: see ``sidecar.commits``); not while an earlier commit of the
-        same partitions is still unanswered."""
+        asynchronous commit: see ``sidecar.commits``)."""
         try:
-            if self._commit_pending(offsets):
-                raise CommitFailed(ONE_AT_A_TIME)
             commit_offsets(consumer, offsets)
         except CommitFailed:
             self.commit_done(offsets, source, "failed")

@@ -120,7 +120,6 @@ class GroupMember:
             sources,
             self._serve_commits,
             self._fail,
-            commit_pending=self._commits.busy,
         )
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
