@@ -22,7 +22,7 @@ Rules this module keeps:
 - **Nothing is answered inside a rebalance callback** (no ``poll()`` runs there): when a
   revoke barrier opens, callers still waiting are told the outcome is unknown at once
   (their commit was sent first and librdkafka holds the rejoin until it is answered, so
-  it lands before the partitions move, or fails), held commits are not sent, and
+  it lands, or fails, before the partitions move), held commits are not sent, and
   commits made during the barrier are synchronous (``sidecar.group_calls``). Those are
   *not* held behind a commit in flight (nothing could release them before the
   partitions move, and the application's last commit before a handover is the one that
@@ -190,6 +190,12 @@ class CommitsInFlight:
             "still be applied; commit the same or newer offsets again)"
         )
 
+
+#: A commit the member could only send after its caller's bound had passed.
+TAKEN_TOO_LATE = (
+    "not committed: the member could only send the commit after SIDECAR_COMMIT_TIMEOUT_MS "
+    "had passed since it was asked (it was busy); commit again"
+)
 
 _NOT_SENT = (
     "not committed: an earlier commit of the same partitions was still unanswered by "

@@ -62,6 +62,7 @@ class RebalanceListener:
         sources: StateSources,
         serve_commits: Callable[[], None],
         fail_stop: Callable[[str], None],
+        barrier_opening: Callable[[], None] = lambda: None,
     ) -> None:
         self._settings = settings
         self._core = core
@@ -70,6 +71,7 @@ class RebalanceListener:
         self._sources = sources
         self._serve_commits = serve_commits
         self._fail_stop = fail_stop
+        self._barrier_opening = barrier_opening
         self.journal: Journal | None = None  # opened by the member thread
         self.link = KafkaLink(metrics, sources, lambda: self.log)
         self.log: Any = log.bind(group_id=settings.group_id)
@@ -195,6 +197,7 @@ class RebalanceListener:
     def _hold(self, event: Event) -> BarrierOutcome:
         """The barrier; the application may commit the revoked partitions meanwhile."""
         try:
+            self._barrier_opening()
             return self._handoff.await_barrier(
                 event, self._settings.revoke_timeout_ms / 1000, serve=self._serve_commits
             )

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
-from sidecar.commits import AppCommit, CommitsInFlight, Told, commit_failure
+from sidecar.commits import TAKEN_TOO_LATE, AppCommit, CommitsInFlight, Told, commit_failure
 from sidecar.errors import CommitFailed, KafkaRefused, MemberGone
 from sidecar.group_calls import (
     ENFORCE_PATTERN,
@@ -120,10 +120,12 @@ class GroupMember:
             sources,
             self._serve_commits,
             self._fail,
+            barrier_opening=self._interrupt_commits,
         )
         self._link = self._listener.link
         self._restore_subscription_at = 0.0
         self._next_contact_probe = 0.0
+        self._closing = False  # close() runs: it may answer commits, none may be sent
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
         # Subscribed again by an eager enforce (or its restore), not yet stable since.
@@ -186,6 +188,7 @@ class GroupMember:
             )
         )
         self._consumer = consumer
+        self._closing = False
         self._rejoining = False
         self._restore_subscription_at = 0.0
         self._core.session_started()
@@ -251,6 +254,7 @@ class GroupMember:
             return
         self._log.info("leaving the group", reason=reason)
         self._core.leaving(reason)
+        self._closing = True
         if self._rejoining:
             # An eager enforce's subscribe() right after its unsubscribe() is postponed by
             # librdkafka behind the rebalance the unsubscribe() starts, and applied even
@@ -322,10 +326,8 @@ class GroupMember:
 
         Anything else (enforce, leave) must not run inside a rebalance callback: it stays
         queued for the next turn of the poll loop, and its caller's deadline can still
-        withdraw it (``MemberBusy``: never run). Commits sent before the barrier cannot be
-        answered until it is over: their callers are told so now (``sidecar.commits``).
+        withdraw it (``MemberBusy``: never run).
         """
-        self._told(self._commits.interrupt("a rebalance began"))
         self._run_commands(
             self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)),
             between_polls=False,
@@ -404,28 +406,39 @@ class GroupMember:
         return _ANSWERED_LATER
 
     def _send_held(self) -> None:
-        """Send the held commits whose partitions have no commit in flight any more."""
-        for commit in self._commits.sendable():
-            offsets = commit.command.offsets
-            try:
-                if self._consumer is None:
-                    raise NotInGroup("not in the group")
-                # Held a while, maybe: the partitions may have moved on meanwhile.
-                self._core.check_commit(offsets, commit.command.generation_id)
-                send_commit(self._consumer, offsets)
-            except Exception as exc:
-                if isinstance(exc, CommitFailed):
-                    self._listener.commit_done(offsets, "api", "failed")
-                commit.tell(self._command_error(commit.command, exc)[0])
-            else:
-                self._commits.sent(commit)
+        """Send the held commits whose partitions have no commit in flight any more (none
+        while the consumer closes: ``close()`` may answer commits, and a commit sent into
+        it after a fatal error can abort librdkafka's termination)."""
+        while not self._closing and (ready := self._commits.sendable()):
+            for commit in ready:  # one that is not sent may release the ones behind it
+                self._send(commit)
+
+    def _send(self, commit: AppCommit) -> None:
+        offsets = commit.command.offsets
+        try:
+            if self._consumer is None:
+                raise NotInGroup("not in the group")
+            if time.monotonic() >= commit.deadline:
+                raise CommitFailed(TAKEN_TOO_LATE)
+            # Held a while, maybe: the partitions may have moved on meanwhile.
+            self._core.check_commit(offsets, commit.command.generation_id)
+            send_commit(self._consumer, offsets)
+        except Exception as exc:
+            if isinstance(exc, CommitFailed):
+                self._listener.commit_done(offsets, "api", "failed")
+            commit.tell(self._command_error(commit.command, exc)[0])
+        else:
+            self._commits.sent(commit)
 
     def _on_commit(self, error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
         """librdkafka answered an asynchronous commit (from ``poll()`` or ``close()``)."""
-        commit = self._commits.answered(partitions)
-        if commit is not None:
-            self._commit_answered(commit, commit_failure(error, partitions))
-        self._send_held()
+        try:
+            commit = self._commits.answered(partitions)
+            if commit is not None:
+                self._commit_answered(commit, commit_failure(error, partitions))
+            self._send_held()
+        except Exception:  # raised in a librdkafka callback, it would end the member thread
+            self._log.exception("handling a commit's answer failed")
 
     def _commit_answered(self, commit: AppCommit, failure: str | None) -> None:
         offsets = commit.command.offsets
@@ -444,6 +457,12 @@ class GroupMember:
 
     def _expire_commits(self, now: float) -> None:
         self._told(self._commits.overdue(now))
+        self._send_held()  # a held commit dropped may have held others back
+
+    def _interrupt_commits(self) -> None:
+        """A barrier opens: nothing can answer a commit until it is over (no ``poll()``
+        inside a callback), so their callers are told now (``sidecar.commits``)."""
+        self._told(self._commits.interrupt("a rebalance began"))
 
     def _told(self, told: Told) -> None:
         """Count and log the commits whose callers were answered without Kafka's word."""

@@ -105,7 +105,8 @@ class Metrics:
         self.commits = Counter(
             f"{PREFIX}commits_total",
             "Offset commits made for the application, by source (api, revoke) and outcome "
-            "(committed, failed, unknown: no answer from Kafka within the bound).",
+            "(committed, failed, unknown: no answer from Kafka within the bound, or before a "
+            "rebalance began or the consumer closed).",
             ["source", "outcome"],
             registry=registry,
         )

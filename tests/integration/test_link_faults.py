@@ -239,9 +239,11 @@ def test_a_commit_in_flight_when_a_revoke_barrier_opens_is_answered_at_once(
     rebalance callback. A revoke barrier that opened while it was in flight left its
     caller waiting for the whole barrier (an application that waits for its commit
     before it acknowledges the revoke would hold the group until the revoke timeout).
-    Now the caller is told at once that the outcome is unknown, the commit still lands
-    before the partitions move, and the application's newer commit from its revoke
-    handler lands after it."""
+    Now the caller is told at once that the outcome is unknown, and the application's
+    newer commit from its revoke handler is not refused behind it and is what stays
+    committed. (The slowed link delays Kafka's answers, not the requests: the first
+    reached the broker before the second was sent, so this does not test their order on
+    the connection.)"""
     topic = create_topic(broker.direct, PARTITIONS)
     group = unique("group")
     secret = new_secret()

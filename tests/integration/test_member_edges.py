@@ -22,13 +22,21 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from prometheus_client import CollectorRegistry
 
-from sidecar.commands import EnforceRebalance, Leave
+from sidecar.commands import Commit, EnforceRebalance, Leave
+from sidecar.commits import CommitKey, commit_key
 from sidecar.errors import MemberGone, SidecarError, http_status
 from sidecar.handoff import Command, Handoff
 from sidecar.journal import Journal
 from sidecar.member import JOURNAL_FAILED_EXIT, GroupMember
 from sidecar.metrics import Metrics, StateSources
-from sidecar.model import Assignment, Event, EventDraft, EventType, MemberState
+from sidecar.model import (
+    Assignment,
+    Event,
+    EventDraft,
+    EventType,
+    MemberState,
+    PartitionOffset,
+)
 from sidecar.settings_sources import load_settings
 from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
@@ -615,3 +623,63 @@ def test_an_enforce_and_a_drain_in_the_same_turn_leave_cleanly(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "left cleanly" in done.stdout
     assert "rd_kafka_cgrp_destroy_final" not in done.stderr
+
+
+class CommitsWatched(Consumer):
+    """Records when asynchronous commits are sent and when librdkafka answers them."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.seen: list[tuple[str, CommitKey]] = []
+        answer = config["on_commit"]
+
+        def answered(error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
+            self.seen.append(("answered", commit_key(partitions)))
+            answer(error, partitions)
+
+        super().__init__({**config, "on_commit": answered})
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("asynchronous"):
+            self.seen.append(("sent", commit_key(kwargs["offsets"])))
+        return super().commit(*args, **kwargs)
+
+
+def test_commits_of_one_partition_are_sent_one_at_a_time_and_each_is_answered(
+    topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Three commits of one partition submitted together, and one of another partition:
+    each caller is answered when Kafka answers its commit; the second commit of the
+    partition is sent only once the first was answered, the third once the second was
+    (an older commit that librdkafka retries can never land after a newer one); the
+    newest is what stays committed."""
+    topic = topic_factory(PARTITIONS)
+    env = _edge_settings(kafka_bootstrap, group_id, topic, tmp_path)
+    consumers: list[CommitsWatched] = []
+
+    def watched(config: dict[str, Any]) -> CommitsWatched:
+        consumers.append(CommitsWatched(config))
+        return consumers[-1]
+
+    commits = [Commit((PartitionOffset(topic, 0, offset),)) for offset in (1, 2, 3)]
+    commits.append(Commit((PartitionOffset(topic, 1, 9),)))
+
+    async def main() -> list[Any]:
+        member, handoff, _ = await _stable_member(
+            env, StateSources(pending_events=lambda: 0), lambda r: None, consumer_factory=watched
+        )
+        try:
+            return list(
+                await asyncio.gather(*(handoff.submit(commit, timeout=30) for commit in commits))
+            )
+        finally:
+            await handoff.submit(Leave("test over"), timeout=60)
+            assert await asyncio.to_thread(member.join, 60), "the member kept running"
+
+    answers = asyncio.run(main())
+    assert answers == [commit.offsets for commit in commits]
+    [consumer] = consumers
+    keys = [commit_key(commit.offsets) for commit in commits]
+    of_partition_0 = [(kind, key) for kind, key in consumer.seen if key in keys[:3]]
+    assert of_partition_0 == [(kind, key) for key in keys[:3] for kind in ("sent", "answered")]
+    assert ("answered", keys[3]) in consumer.seen
+    assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == {0: 3, 1: 9}
