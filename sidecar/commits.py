@@ -38,7 +38,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit
@@ -63,14 +62,6 @@ def commit_key(partitions: Iterable[_Offset]) -> CommitKey:
     return tuple(
         sorted((p.topic, p.partition, p.offset) for p in partitions if p.offset is not None)
     )
-
-
-def commit_failure(error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> str | None:
-    """Why an answered commit failed (``None``: every partition committed)."""
-    if error is not None:
-        return f"commit failed: {error.str()}"
-    failed = [f"{p.topic}[{p.partition}]: {p.error}" for p in partitions if p.error]
-    return "commit failed for " + "; ".join(failed) if failed else None
 
 
 @dataclass(slots=True)

@@ -123,9 +123,17 @@ def commit_offsets(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> 
         results = consumer.commit(offsets=_commit_request(offsets), asynchronous=False)
     except KafkaException as exc:
         raise CommitFailed(f"commit failed: {exc.args[0]}") from None
-    failed = [f"{r.topic}[{r.partition}]: {r.error}" for r in results or () if r.error]
-    if failed:
-        raise CommitFailed("commit failed for " + "; ".join(failed))
+    failure = commit_failure(None, results or [])
+    if failure is not None:
+        raise CommitFailed(failure)
+
+
+def commit_failure(error: KafkaError | None, partitions: list[KafkaTopicPartition]) -> str | None:
+    """Why an answered commit failed (``None``: every partition committed)."""
+    if error is not None:
+        return f"commit failed: {error.str()}"
+    failed = [f"{p.topic}[{p.partition}]: {p.error}" for p in partitions if p.error]
+    return "commit failed for " + "; ".join(failed) if failed else None
 
 
 def send_commit(consumer: Consumer, offsets: tuple[PartitionOffset, ...]) -> None:

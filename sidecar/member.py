@@ -34,10 +34,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
-from sidecar.commits import TAKEN_TOO_LATE, AppCommit, CommitsInFlight, Told, commit_failure
+from sidecar.commits import TAKEN_TOO_LATE, AppCommit, CommitsInFlight, Told
 from sidecar.errors import CommitFailed, KafkaRefused, MemberGone
 from sidecar.group_calls import (
     ENFORCE_PATTERN,
+    commit_failure,
     consumer_config,
     generation_of,
     rejoin,
