@@ -6,7 +6,10 @@ pointing at a receiver in another process that verifies each signature and stamp
 receipt with ``time.time()``. Each ``POST /enforce-rebalance`` makes the member revoke and
 get its partitions back (eager): one ``revoked`` (through the barrier) and one
 ``assigned`` per rebalance. Latency = receipt - the event's ``time``, which the sidecar
-stamps when the callback builds the event (same host, same clock).
+stamps when the callback builds the event (same host, same clock). The harness learns that
+a rebalance ended from the receiver (every subscriber has the new generation's
+``assigned``), not by polling the sidecar's ``/assignment``: a request the sidecar serves
+while an event is on its way would delay the event, a load the floor does not carry.
 
 The floor, measured in the same run: a plain POST of the same bytes (signed beforehand,
 sent with the couriers' own HTTP client, ``sidecar.webhook_http``: the transport, not a
@@ -221,7 +224,7 @@ def _measure(ctx: Context, receiver: ReceiverProcess, n: int, rebalances: int) -
     try:
         sidecar.wait_stable()
         for _ in range(WARMUP):
-            _enforce(sidecar)
+            _enforce(sidecar, receiver, n)
         plain.post(_BODY, WARMUP)  # its connections open before anything is timed
         receiver.take()  # drop what the warm-up delivered
         left = rebalances
@@ -231,7 +234,7 @@ def _measure(ctx: Context, receiver: ReceiverProcess, n: int, rebalances: int) -
                 time.sleep(random.uniform(*IDLE_GAP))  # the last deliveries are done
                 sent.update(plain.post(_BODY, 1))
                 time.sleep(random.uniform(*IDLE_GAP))  # quiet again before the events
-                _enforce(sidecar)
+                _enforce(sidecar, receiver, n)
             _sort(receiver.take(), sent, ours, baseline)
             left -= count
         # Wait for the last async deliveries, then collect them.
@@ -261,18 +264,16 @@ def _sort(
             ours.append(record)
 
 
-def _enforce(sidecar: Sidecar) -> None:
-    before = sidecar.assignment()["generation_id"]
+def _enforce(sidecar: Sidecar, receiver: ReceiverProcess, subscribers: int) -> None:
+    """One rebalance, waited for where it ends: at the receiver, once every subscriber got
+    the new generation's ``assigned``. Not by polling the sidecar: a request it serves
+    while an event is on its way delays that event, and the floor has no such load."""
+    before = int(sidecar.assignment()["generation_id"])
     response = sidecar.client.post(
         "/enforce-rebalance", json={"reason": "bench"}, headers=sidecar.headers()
     )
     response.raise_for_status()
-
-    def moved() -> bool:
-        now = sidecar.assignment()
-        return bool(now["generation_id"] != before and now["state"] == "stable")
-
-    wait_until(moved, 60, "rebalanced")
+    receiver.wait_assigned(f"{subscribers}-", before, subscribers)
 
 
 def _drained(sidecar: Sidecar) -> bool:

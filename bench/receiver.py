@@ -4,7 +4,10 @@ Raw asyncio HTTP/1.1 with keep-alive (uvloop when installed). Each POST is stamp
 ``time.time()`` as soon as its body has been read, answered ``204`` at once, then parsed
 and its Standard Webhooks signature verified (after the answer: the receiver's own work
 is not what we measure). ``GET /records`` hands over and clears what arrived since the
-last call. Start it with ``python -m bench.receiver --secret whsec_...``: it prints its
+last call. ``GET /assigned?prefix=P&after=G&count=N`` answers once N of the paths that start
+with P received an ``assigned`` event of a generation above G (or after 60 s, ``408``): the
+harness waits for a rebalance there, where its receipt is stamped, instead of polling the
+sidecar it measures. Start it with ``python -m bench.receiver --secret whsec_...``: it prints its
 port on the first line of stdout.
 """
 
@@ -16,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +29,7 @@ import httpx
 from bench.common import REPO
 
 _NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,9 @@ class _Server:
         self.verified = 0
         self.rejected = 0
         self._webhook: Any = None
+        # The newest generation each path received an ``assigned`` of, and who waits.
+        self._assigned: dict[str, int] = {}
+        self._waiters: list[tuple[str, int, int, asyncio.Future[None]]] = []
         if secret:
             from standardwebhooks import Webhook
 
@@ -65,6 +73,9 @@ class _Server:
                 at = time.time()
                 if method == "GET" and path.startswith("/records"):
                     self._answer_records(writer)
+                    continue
+                if method == "GET" and path.startswith("/assigned"):
+                    await self._answer_assigned(writer, path)
                     continue
                 writer.write(_NO_CONTENT)
                 self._record(path, headers, body, at)
@@ -89,6 +100,9 @@ class _Server:
                 self.verified += 1
             except Exception:
                 self.rejected += 1
+        if str(event.get("type", "")).endswith(".assigned"):
+            self._assigned[path] = max(generation, self._assigned.get(path, -1))
+            self._wake_waiters()
         self.records.append(
             {
                 "path": path,
@@ -100,6 +114,35 @@ class _Server:
                 "event_time": event_time,
             }
         )
+
+    def _reached(self, prefix: str, after: int, count: int) -> bool:
+        found = sum(1 for p, g in self._assigned.items() if p.startswith(prefix) and g > after)
+        return found >= count
+
+    def _wake_waiters(self) -> None:
+        for waiter in list(self._waiters):
+            prefix, after, count, future = waiter
+            if self._reached(prefix, after, count):
+                self._waiters.remove(waiter)
+                if not future.done():
+                    future.set_result(None)
+
+    async def _answer_assigned(self, writer: asyncio.StreamWriter, path: str) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        prefix = query["prefix"][0]
+        after, count = int(query["after"][0]), int(query["count"][0])
+        status = b"204 No Content"
+        if not self._reached(prefix, after, count):
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiter = (prefix, after, count, future)
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(future, _WAIT_SECONDS)
+            except TimeoutError:
+                status = b"408 Request Timeout"
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        writer.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n\r\n")
 
     def _answer_records(self, writer: asyncio.StreamWriter) -> None:
         payload = json.dumps(
@@ -159,6 +202,17 @@ class ReceiverProcess:
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/hook/{name}"
+
+    def wait_assigned(self, prefix: str, after: int, count: int) -> None:
+        """Until ``count`` paths under ``/hook/<prefix>`` received an ``assigned`` of a
+        generation above ``after``; raises after a minute."""
+        answer = self._client.get(
+            "/assigned",
+            params={"prefix": f"/hook/{prefix}", "after": after, "count": count},
+            timeout=_WAIT_SECONDS + 10,
+        )
+        if answer.status_code != 204:
+            raise RuntimeError(f"no assigned of a generation above {after} under {prefix}")
 
     def take(self) -> list[Record]:
         """What arrived since the last call."""
