@@ -34,6 +34,9 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 _MAX_RESPONSE_BYTES = 1 << 20
 _BATCH = 100
 _RESTART_AFTER_CRASH_SECONDS = 1.0
+# How long an event the subscription does not want may keep its cursor behind (and count
+# in journal_pending_events) when no event it wants comes first.
+PASS_OVER_AFTER_SECONDS = 1.0
 # The outcomes that end a subscriber's part in a barrier (the others are on the way).
 _ANSWERS = (DeliveryOutcome.DELIVERED, DeliveryOutcome.GAVE_UP, DeliveryOutcome.DISABLED)
 _LATE_OFFSETS = (
@@ -141,9 +144,12 @@ class Courier:
         policy: RetryPolicy,
         deliveries: DeliveryLog,
         ceiling: Callable[[], int] = lambda: 2**63 - 1,
+        pass_over_after: float = PASS_OVER_AFTER_SECONDS,
     ) -> None:
         self.subscription = subscription
         self._ceiling = ceiling  # the last sequence announced: read no further
+        self._pass_over_after = pass_over_after
+        self._pass_over: asyncio.TimerHandle | None = None
         self.cursor = subscription.cursor  # kept here: no SQLite read of it per event
         self._journal = journal
         self._client = client  # this subscription's own connection
@@ -160,7 +166,23 @@ class Courier:
     def wake(self) -> None:
         self._wake.set()
 
+    def pass_over_later(self) -> None:
+        """An event this subscription does not want was announced: pass over it within
+        ``pass_over_after`` seconds, unless an event it wants wakes the courier first (its
+        read passes over the unwanted ones before it). Never a read or a write now."""
+        if self._pass_over is None:
+            self._pass_over = asyncio.get_running_loop().call_later(
+                self._pass_over_after, self._passed_over_later
+            )
+
+    def _passed_over_later(self) -> None:
+        self._pass_over = None
+        self.wake()
+
     def stop(self) -> None:
+        if self._pass_over is not None:
+            self._pass_over.cancel()
+            self._pass_over = None
         if self._task is not None:
             self._task.cancel()
             # A task cancelled before it ever ran never enters _serve's ``finally``: its

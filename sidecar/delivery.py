@@ -20,7 +20,14 @@ from collections.abc import Callable
 import structlog
 
 from sidecar.barrier import Barriers, RevokeBarrier, parse_offsets
-from sidecar.courier import SECRET_PREFIX, Courier, DeliveryLog, PostResult, sign
+from sidecar.courier import (
+    PASS_OVER_AFTER_SECONDS,
+    SECRET_PREFIX,
+    Courier,
+    DeliveryLog,
+    PostResult,
+    sign,
+)
 from sidecar.handoff import BarrierOutcome
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics
@@ -53,8 +60,10 @@ class Dispatcher:
         policy: RetryPolicy,
         *,
         client_factory: Callable[[], WebhookClient] = WebhookClient,
+        pass_over_after: float = PASS_OVER_AFTER_SECONDS,
     ) -> None:
         self._journal = journal
+        self._pass_over_after = pass_over_after
         self._policy = policy
         self._client_factory = client_factory
         self._barriers = Barriers()
@@ -83,6 +92,7 @@ class Dispatcher:
             policy=self._policy,
             deliveries=self._deliveries,
             ceiling=lambda: self._announced,
+            pass_over_after=self._pass_over_after,
         )
         self._couriers[sub.id] = courier
         courier.start()
@@ -94,9 +104,20 @@ class Dispatcher:
         self._barriers.forget(sub_id)
 
     def announced(self, event: Event) -> None:
-        """``event`` is announced (its barrier, if any, is open): deliver up to it."""
+        """``event`` is announced (its barrier, if any, is open): deliver up to it.
+
+        Only the couriers whose subscription wants it are woken now. The others pass over
+        it later (``Courier.pass_over_later``), or with the next event they want: a
+        journal read and a cursor write per subscriber for an event nobody there takes
+        would sit on the loop exactly when the next event comes (an enforce's
+        ``requested``, then at once its ``revoked``), holding the GIL the member thread
+        needs to journal it."""
         self._announced = max(self._announced, event.sequence)
-        self.wake()
+        for courier in self._couriers.values():
+            if courier.subscription.wants(event.type):
+                courier.wake()
+            else:
+                courier.pass_over_later()
 
     def wake(self) -> None:
         for courier in self._couriers.values():

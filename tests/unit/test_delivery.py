@@ -21,6 +21,7 @@ from sidecar.journal import Journal
 from sidecar.metrics import Metrics
 from sidecar.model import (
     DeliveryOutcome,
+    Event,
     EventDraft,
     EventType,
     PartitionOffset,
@@ -571,5 +572,66 @@ def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_op
         journal.close()
         assert outcome[0].offsets == (PartitionOffset("t", 0, 41),)
         assert outcome[0].acknowledged == ("app",) and not outcome[0].timed_out
+
+    asyncio.run(main())
+
+
+class _CountingJournal(Journal):
+    """The real journal, counting what the couriers do with it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir, durable=False)
+        self.reads = 0
+        self.passes = 0
+
+    def events_after(
+        self, sequence: int, limit: int, types: tuple[EventType, ...] | None = None
+    ) -> list[Event]:
+        self.reads += 1
+        return super().events_after(sequence, limit, types)
+
+    def pass_over(self, sub_id: str, sequence: int) -> None:
+        self.passes += 1
+        super().pass_over(sub_id, sequence)
+
+
+@pytest.mark.parametrize("later", [3600.0, 0.05])
+def test_an_event_a_subscription_does_not_want_costs_its_courier_nothing_at_once(
+    tmp_path: Path, later: float
+) -> None:
+    """An enforce's ``requested`` is followed at once by its ``revoked``. Each courier that
+    does not take ``requested`` read the journal and wrote its cursor for it right then:
+    per subscriber, loop work (and the GIL) while the member thread journaled the revoke.
+    Now it passes over such events later, or with the next event it wants."""
+    secret = new_secret()
+
+    async def main() -> None:
+        journal = _CountingJournal(tmp_path)
+        with running(secret) as app:
+            sub = Subscription(
+                "app", app.url, (EventType.ASSIGNED,), "async", secret, 2000, "settings",
+                0.0, 0,
+            )  # fmt: skip
+            journal.save_subscription(sub)
+            dispatcher = Dispatcher(
+                journal, Metrics(CollectorRegistry()), FAST, pass_over_after=later
+            )
+            dispatcher.start()
+            await until(lambda: journal.reads == 1)  # the courier read the empty journal
+            for _ in range(3):
+                dispatcher.announced(journal.append(revoked()))
+                await asyncio.sleep(0.02)
+            if later > 60:  # only an event it wants moves it now
+                assert (journal.reads, journal.passes) == (1, 0)
+                assert journal.subscription("app").cursor == 0  # type: ignore[union-attr]
+                dispatcher.announced(journal.append(assigned()))
+                await until(lambda: journal.subscription("app").cursor == 4)  # type: ignore[union-attr]
+                assert [r.sequence for r in app.events()] == [4]
+            else:  # nothing it wants comes: it passes over them on its own
+                await until(lambda: journal.subscription("app").cursor == 3)  # type: ignore[union-attr]
+                assert app.events() == [] and journal.passes == 1
+            assert journal.pending_events() == 0
+            await dispatcher.close()
+        journal.close()
 
     asyncio.run(main())
