@@ -177,7 +177,11 @@ class Courier:
 
     def _passed_over_later(self) -> None:
         self._pass_over = None
-        self.wake()
+        # Usually an event it wanted came meanwhile and its read passed over these: then
+        # nothing is left, and a wake would only add a read at some later moment (with
+        # many subscribers, all at once), maybe just as the next event comes.
+        if self.cursor < self._ceiling():
+            self.wake()
 
     def stop(self) -> None:
         if self._pass_over is not None:
@@ -220,7 +224,8 @@ class Courier:
     async def _run(self) -> None:
         while self.subscription.disabled_reason is None:
             # Cleared before the read: an event appended after it is announced after it,
-            # and its wake-up then ends the wait below at once.
+            # and its wake-up (or, for an event it does not want, pass_over_later's) then
+            # ends the wait below.
             self._wake.clear()
             read = self._journal.events_after(self.cursor, _BATCH)
             ceiling = self._ceiling()

@@ -114,6 +114,8 @@ class Dispatcher:
         needs to journal it."""
         self._announced = max(self._announced, event.sequence)
         for courier in self._couriers.values():
+            if courier.subscription.disabled_reason is not None:
+                continue  # its courier has ended (410 Gone)
             if courier.subscription.wants(event.type):
                 courier.wake()
             else:

@@ -618,10 +618,10 @@ def test_an_event_a_subscription_does_not_want_costs_its_courier_nothing_at_once
             )
             dispatcher.start()
             await until(lambda: journal.reads == 1)  # the courier read the empty journal
-            for _ in range(3):
+            for _ in range(3):  # back to back: no timer can run between them
                 dispatcher.announced(journal.append(revoked()))
-                await asyncio.sleep(0.02)
             if later > 60:  # only an event it wants moves it now
+                await asyncio.sleep(0.1)  # the loop ran; a woken courier would have read
                 assert (journal.reads, journal.passes) == (1, 0)
                 assert journal.subscription("app").cursor == 0  # type: ignore[union-attr]
                 dispatcher.announced(journal.append(assigned()))
@@ -631,6 +631,14 @@ def test_an_event_a_subscription_does_not_want_costs_its_courier_nothing_at_once
                 await until(lambda: journal.subscription("app").cursor == 3)  # type: ignore[union-attr]
                 assert app.events() == [] and journal.passes == 1
             assert journal.pending_events() == 0
+            reads = journal.reads
+            # An event it wants came after an unwanted one: its read passed over both, and
+            # the pass-over timer, when it fires, finds nothing left and wakes nobody.
+            dispatcher.announced(journal.append(revoked()))
+            dispatcher.announced(journal.append(assigned()))
+            await until(lambda: len(app.events()) == 2 - (later < 60))
+            await asyncio.sleep(min(later, 1.0) + 0.2)
+            assert journal.reads == reads + 1
             await dispatcher.close()
         journal.close()
 
