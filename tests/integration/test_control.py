@@ -76,7 +76,10 @@ def test_enforce_on_static_members_rebalances_the_group(
     back, so an eager enforce leaves (a LeaveGroup, even for a static member) and rejoins
     under its instance id with a new member id; a cooperative one changes its
     subscription and stays the same member (KIP-848: the same member id, a new epoch).
-    The others keep their member ids.
+    The others keep their member ids, and every member keeps its partitions: the range
+    assignor orders static members by instance id, not by member id (a dynamic member's
+    new member id sorts elsewhere, so an eager enforce can move partitions; see
+    docs/handover.md).
     """
     topic = topic_factory(PARTITIONS)
     sidecars = [
@@ -86,9 +89,11 @@ def test_enforce_on_static_members_rebalances_the_group(
     wait_until(lambda: covers(sidecars, topic, PARTITIONS), 60, "all partitions covered")
     enforcer = sidecars[1]
     for round_ in range(2):
+        owned = {s.name: s.assignment()["partitions"] for s in sidecars}
         before = {s.name: s.assignment()["member_id"] for s in sidecars}
         enforce_once(enforcer, sidecars, topic, strategy, reason=f"static {round_}")
         after = {s.name: s.assignment()["member_id"] for s in sidecars}
+        assert {s.name: s.assignment()["partitions"] for s in sidecars} == owned
         for sidecar in sidecars:
             if strategy != "kip848":  # KIP-848 member ids are the client's UUIDs
                 assert after[sidecar.name].startswith(f"static-{sidecars.index(sidecar)}-")
