@@ -283,22 +283,12 @@ def _broker(
     was_running = (
         subprocess.run([str(KAFKA_SH), "status"], env=env, capture_output=True).returncode == 0
     )
+    # Empty unless running (kafka.sh fresh): topics of earlier runs are never deleted.
     if not was_running:
-        # Every run starts from an empty broker: topics of earlier runs are never deleted,
-        # and after a few dozen runs their ~18,000 partitions outgrew the broker's heap
-        # (OutOfMemoryError in the middle of a run). The last run's broker log is kept.
         say(f"bench: emptying the bench's broker ({data}); its last log goes to {data}.last-log")
-        if (data / "log").is_dir():
-            shutil.rmtree(f"{data}.last-log", ignore_errors=True)
-            (data / "log").rename(f"{data}.last-log")
-        reset = subprocess.run(
-            [str(KAFKA_SH), "reset"], env=env, capture_output=True, text=True, timeout=120
-        )
-        if reset.returncode != 0:
-            raise SystemExit(f"kafka.sh reset failed:\n{reset.stderr[-4000:]}")
     say(f"bench: starting a broker on 127.0.0.1:{port} (deploy/local/kafka.sh)")
     started = subprocess.run(
-        [str(KAFKA_SH), "start"],
+        [str(KAFKA_SH), "fresh"],
         env=env,
         capture_output=True,
         text=True,
@@ -306,7 +296,7 @@ def _broker(
         stdin=subprocess.DEVNULL,
     )
     if started.returncode != 0:
-        raise SystemExit(f"kafka.sh start failed:\n{started.stderr[-4000:]}")
+        raise SystemExit(f"kafka.sh fresh failed:\n{started.stderr[-4000:]}")
     try:
         yield started.stdout.strip().splitlines()[-1]
     finally:

@@ -21,13 +21,8 @@ scripts/bootstrap.sh dev,analytics
 
 if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
   step "set-up: Kafka broker (deploy/local/kafka.sh)"
-  # A broker this command starts starts empty: the tests never delete their topics, and on a
-  # machine that ran the suite a few dozen times their ~17,000 partitions outgrew the
-  # broker's heap (OutOfMemoryError halfway through a run). A running broker is left as is.
-  if ! deploy/local/kafka.sh status >/dev/null 2>&1; then
-    deploy/local/kafka.sh reset >/dev/null 2>&1 || true
-  fi
-  KAFKA_BOOTSTRAP_SERVERS="$(deploy/local/kafka.sh start </dev/null)"
+  # Empty unless already running: the tests never delete their topics (see kafka.sh fresh).
+  KAFKA_BOOTSTRAP_SERVERS="$(deploy/local/kafka.sh fresh </dev/null)"
   export KAFKA_BOOTSTRAP_SERVERS
   trap 'deploy/local/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 fi

@@ -24,10 +24,8 @@ def kafka_bootstrap() -> Iterator[str]:
         yield given
         return
     was_running = subprocess.run([str(KAFKA_SH), "status"], capture_output=True).returncode == 0
-    if not was_running:  # start empty: topics are never deleted (see scripts/test.sh)
-        subprocess.run([str(KAFKA_SH), "reset"], capture_output=True, timeout=120)
-    started = subprocess.run(
-        [str(KAFKA_SH), "start"],
+    started = subprocess.run(  # empty unless running: topics are never deleted
+        [str(KAFKA_SH), "fresh"],
         capture_output=True,
         text=True,
         timeout=600,
