@@ -121,10 +121,6 @@ class Dispatcher:
             else:
                 courier.pass_over_later()
 
-    def wake(self) -> None:
-        for courier in self._couriers.values():
-            courier.wake()
-
     async def close(self) -> None:
         couriers = list(self._couriers.values())
         self._couriers.clear()

@@ -543,9 +543,10 @@ def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_op
     tmp_path: Path,
 ) -> None:
     """The member journals a ``revoked``, then opens its barrier, then announces it. A
-    courier woken meanwhile for another reason (here: its start) read the journal and
-    delivered the event first; the application's handed-back offsets found no barrier
-    (rejected), and the barrier then had nobody to wait for: nothing was committed."""
+    courier woken meanwhile for another reason (here: its timer to pass over an earlier
+    event it does not take) read the journal and delivered the event first; the
+    application's handed-back offsets found no barrier (rejected), and the barrier then
+    had nobody to wait for: nothing was committed."""
     offsets = {"offsets": [{"topic": "t", "partition": 0, "offset": 41}]}
 
     async def main() -> None:
@@ -557,12 +558,16 @@ def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_op
                 0.0, 0,
             )  # fmt: skip
             journal.save_subscription(sub)
-            dispatcher = Dispatcher(journal, Metrics(CollectorRegistry()), FAST)
+            dispatcher = Dispatcher(
+                journal, Metrics(CollectorRegistry()), FAST, pass_over_after=0.2
+            )
             dispatcher.start()
             await asyncio.sleep(0.05)  # the courier has read the (empty) journal and waits
+            dispatcher.announced(journal.append(assigned()))  # not wanted: a timer, no read
             event = journal.append(revoked((0,)))  # by the member thread; not announced yet
-            dispatcher.wake()  # woken by something else: another subscription's retry, ...
-            await asyncio.sleep(0.3)
+            # The timer fires: the courier reads both events and passes over the first.
+            await until(lambda: journal.subscription("app").cursor == 1)  # type: ignore[union-attr]
+            await asyncio.sleep(0.2)
             assert app.received == []  # held back until announced
             outcome: list[BarrierOutcome] = []
             dispatcher.open_barrier(event, outcome.append)
