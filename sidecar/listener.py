@@ -79,6 +79,9 @@ class RebalanceListener:
         # The partitions were reported lost without a callback: librdkafka's own revoke
         # or lost for them (when this consumer closes) must not report them again.
         self.presumed_lost = False
+        # While a synchronous commit waits inside a callback: by when librdkafka's own
+        # timeouts end that wait (monotonic), for the liveness probe. ``None`` otherwise.
+        self.kafka_wait_until: float | None = None
 
     # -- librdkafka's callbacks ----------------------------------------------------------
 
@@ -206,12 +209,17 @@ class RebalanceListener:
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
         """Commit synchronously (inside a callback, where nothing could answer an
-        asynchronous commit: see ``sidecar.commits``)."""
+        asynchronous commit: see ``sidecar.commits``). librdkafka bounds it only by its own
+        timeouts, so the wait is marked for the liveness probe: a Kafka that answers late
+        must not get the sidecar restarted."""
+        self.kafka_wait_until = time.monotonic() + self._settings.commit_wait_bound_seconds
         try:
             commit_offsets(consumer, offsets)
         except CommitFailed:
             self.commit_done(offsets, source, "failed")
             raise
+        finally:
+            self.kafka_wait_until = None
         self.commit_done(offsets, source, "committed")
 
     def commit_done(self, offsets: tuple[PartitionOffset, ...], source: str, outcome: str) -> None:

@@ -143,6 +143,12 @@ class GroupMember:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def kafka_wait_until(self) -> float | None:
+        """Set while the thread waits in a synchronous librdkafka commit (read by the
+        liveness probe): by when librdkafka's own timeouts end the wait."""
+        return self._listener.kafka_wait_until
+
     def join(self, timeout: float) -> bool:
         self._thread.join(timeout)
         return not self._thread.is_alive()

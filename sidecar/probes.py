@@ -4,8 +4,9 @@ What each probe means, and why (docs/probes.md says the same for operators):
 
 * **liveness** (``/livez``, alias ``/healthz``): the process answers, and the member thread
   is alive (or waiting between two consumers after a fatal error) with a poll loop that
-  ticked recently. A Kafka outage never fails it: restarting the container cannot bring
-  the broker back, it only makes the group rebalance once more.
+  ticked recently, or that waits in a commit inside a rebalance callback for as long as
+  librdkafka's own timeouts allow. A Kafka outage never fails it: restarting the
+  container cannot bring the broker back, it only makes the group rebalance once more.
 * **startup** (``/startupz``): the journal is open and the API serves. Never depends on
   Kafka, so a broker that is down at deploy time does not get the pod killed in a loop.
 * **readiness** (``/readyz``): started, and joined the group once since start (or
@@ -64,6 +65,9 @@ class MemberPulse(Protocol):
     @property
     def alive(self) -> bool: ...
 
+    @property
+    def kafka_wait_until(self) -> float | None: ...
+
     last_tick: float
 
 
@@ -101,10 +105,17 @@ class Probes:
             return Probe(True, phase.value)
         if member.alive:
             budget = _POLL_SILENCE_SECONDS + 1.5 * self._settings.revoke_timeout_ms / 1000
-            silent = time.monotonic() - member.last_tick
-            if silent > budget:
-                return Probe(False, f"poll loop silent for {silent:.0f} s (limit {budget:.0f} s)")
-            return Probe(True, "poll loop alive")
+            now = time.monotonic()
+            silent = now - member.last_tick
+            if silent <= budget:
+                return Probe(True, "poll loop alive")
+            # A commit inside a rebalance callback waits for Kafka as long as librdkafka's
+            # own timeouts allow, and nothing can cut it short there: a Kafka outage, not
+            # a stuck sidecar. Past librdkafka's bound it is stuck.
+            until = member.kafka_wait_until
+            if until is not None and now <= until:
+                return Probe(True, f"waiting for Kafka to answer a commit ({silent:.0f} s)")
+            return Probe(False, f"poll loop silent for {silent:.0f} s (limit {budget:.0f} s)")
         if phase is Lifecycle.DRAINED:
             return Probe(True, "left the group on request")
         return Probe(False, "group member thread died")

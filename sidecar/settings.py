@@ -37,6 +37,7 @@ from pydantic_settings import (
 
 from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
+from sidecar.kafka_properties import kafka_property_variable
 
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
 ENV_FILE_ENV = "SIDECAR_ENV_FILE"
@@ -47,6 +48,10 @@ EVENT_TYPES = (
     "kafka.partitions.lost",
     "kafka.rebalance.requested",
 )
+
+# librdkafka properties the sidecar reads as numbers itself (librdkafka parses a prefix:
+# it takes "45000x" as 45000, where Python's int() refuses it).
+NUMERIC_KAFKA_PROPERTIES = ("session.timeout.ms", "max.poll.interval.ms", "socket.timeout.ms")
 
 # librdkafka properties the sidecar owns: letting users override them would break the
 # guarantees (we never fetch, never auto-commit, and own the callbacks and identity).
@@ -331,7 +336,17 @@ class Settings(BaseSettings):
                 f"{', '.join(clash)} cannot be set here; use the dedicated SIDECAR_ settings "
                 "(or none: the sidecar owns commits and fetching)"
             )
-        return {k: str(v) for k, v in value.items()}
+        properties = {k: str(v) for k, v in value.items()}
+        for name in NUMERIC_KAFKA_PROPERTIES:
+            if name in properties:
+                number = properties[name].strip()
+                if not re.fullmatch(r"[0-9]+", number):
+                    raise ValueError(
+                        f"{name} ({kafka_property_variable(name)}) must be a whole number "
+                        f"of milliseconds, got {number!r}"
+                    )
+                properties[name] = number
+        return properties
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Settings:
@@ -390,6 +405,18 @@ class Settings(BaseSettings):
         if self.group_protocol == "consumer":
             return self.group_session_timeout_ms / 1000
         return int(self.kafka.get("session.timeout.ms", "45000")) / 1000
+
+    @property
+    def commit_wait_bound_seconds(self) -> float:
+        """How long librdkafka's synchronous commit may wait by its own timeouts: for a
+        coordinator (up to the session timeout), then for the answer, sent up to three
+        times (``socket.timeout.ms`` each). The sidecar cannot cut that wait short inside
+        a rebalance callback; liveness counts it as alive (``sidecar.probes``)."""
+        try:
+            socket_timeout = int(self.kafka.get("socket.timeout.ms", "60000")) / 1000
+        except ValueError:  # librdkafka refused it at start-up already; never raise here
+            socket_timeout = 60.0
+        return self.session_timeout_seconds + 3 * socket_timeout
 
     def require_group(self) -> None:
         """The checks that only ``run`` needs (``demo`` fills these in itself)."""

@@ -293,3 +293,55 @@ def test_a_commit_in_flight_when_a_revoke_barrier_opens_is_answered_at_once(
         metrics = sidecar.client.get("/metrics").text
         assert 'rebalance_sidecar_commits_total{outcome="unknown",source="api"} 1.0' in metrics
         assert 'rebalance_sidecar_commits_total{outcome="committed",source="api"} 1.0' in metrics
+
+
+def test_liveness_holds_while_a_revoke_commit_waits_for_kafka(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """Offsets handed back on ``revoked`` are committed synchronously inside the callback
+    (nothing could answer an asynchronous commit there), and librdkafka bounds that
+    commit only by its own timeouts. With Kafka's answers late, the poll loop stayed
+    silent past the liveness budget (30 s plus the revoke timeout's allowance) and
+    ``/livez`` failed: Kubernetes would restart the sidecar for a Kafka outage, which
+    liveness must never do. The wait inside librdkafka now counts as alive, within the
+    bound librdkafka itself keeps."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    group = unique("group")
+    secret = new_secret()
+    handed_back = {"offsets": [{"topic": topic, "partition": 0, "offset": 7}]}
+
+    def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
+        revoked = event["type"].endswith("revoked")
+        return (200, handed_back, 0.0) if revoked else (204, None, 0.0)
+
+    with running(secret, respond) as app:
+        sidecar = Sidecar(
+            broker.proxied,
+            group,
+            topic,
+            tmp_path / "live",
+            revoke_timeout_ms=1_000,  # liveness budget: 30 s + 1.5 s
+            webhooks=[{"url": app.url, "secret": secret, "mode": "blocking"}],
+        )
+        sidecars.append(sidecar.start())
+        sidecar.wait_stable()
+        assert sidecar.client.get("/livez").status_code == 200
+        broker.proxy.slow(45_000)  # Kafka's answers now come 45 s late
+        assert sidecar.client.post("/enforce-rebalance").status_code == 202
+        revoked = "kafka.partitions.revoked"
+        wait_until(lambda: any(e["type"] == revoked for e in sidecar.history()), 30, revoked)
+        failures: list[str] = []
+        reasons: set[str] = set()
+        deadline = time.monotonic() + 40  # past the 31.5 s budget, before the answer
+        while time.monotonic() < deadline:
+            probe = sidecar.client.get("/livez")
+            if probe.status_code != 200:
+                failures.append(probe.text)
+            reasons.add(probe.json()["reason"].split(" (")[0])
+            time.sleep(1.0)
+        assert failures == []
+        # The commit was still waiting past the budget (the poll loop silent), not done.
+        assert "waiting for Kafka to answer a commit" in reasons, reasons
+        broker.proxy.heal()
+        sidecar.wait_stable(timeout=120)
+        assert sidecar.client.get("/livez").status_code == 200

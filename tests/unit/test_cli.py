@@ -60,6 +60,11 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_API_HOST": "0.0.0.0"}, "SIDECAR_API_TOKEN"),
         ({"SIDECAR_KAFKA_ENABLE_AUTO_COMMIT": "true"}, "enable.auto.commit"),
         ({"SIDECAR_GROUP_ID": ""}, "SIDECAR_GROUP_ID"),
+        # Numbers the sidecar reads itself: librdkafka took "45000x" as 45000, Python's
+        # int() did not (a traceback when the member started).
+        ({"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "45000x"}, "SIDECAR_KAFKA_SESSION_TIMEOUT_MS"),
+        ({"SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "3e5"}, "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS"),
+        ({"SIDECAR_KAFKA_SOCKET_TIMEOUT_MS": "60000ms"}, "SIDECAR_KAFKA_SOCKET_TIMEOUT_MS"),
         # librdkafka's own refusals, found before the member thread would die of them:
         ({"SIDECAR_KAFKA_BOGUS_PROP": "1"}, "SIDECAR_KAFKA_BOGUS_PROP"),
         ({"SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": ""}, "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS"),

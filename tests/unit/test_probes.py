@@ -33,6 +33,7 @@ class Pulse:
 
     alive: bool = True
     last_tick: float = 0.0
+    kafka_wait_until: float | None = None
 
 
 class World:
@@ -97,6 +98,28 @@ def test_liveness_fails_for_a_stuck_poll_loop_or_a_dead_thread_only() -> None:
     assert world.probes.liveness().ok
     world.lifecycle = Lifecycle.STOPPING
     assert world.probes.liveness().ok
+
+
+def test_liveness_holds_while_a_commit_waits_for_kafka_within_librdkafkas_bound() -> None:
+    """A commit inside a rebalance callback (offsets handed back on ``revoked``) waits as
+    long as librdkafka's own timeouts allow; the poll loop is silent meanwhile. That is a
+    Kafka outage, and liveness never fails for one; past librdkafka's bound it does."""
+    world = World()
+    bound = SETTINGS.commit_wait_bound_seconds
+    assert bound == 45 + 3 * 60  # librdkafka's defaults: session 45 s, socket 60 s
+    world.pulse.last_tick = time.monotonic() - 100  # past the 45 s budget
+    world.pulse.kafka_wait_until = time.monotonic() + 60
+    waiting = world.probes.liveness()
+    assert waiting.ok and "waiting for Kafka" in waiting.reason
+    world.pulse.kafka_wait_until = time.monotonic() - 1  # librdkafka should have returned
+    stuck = world.probes.liveness()
+    assert not stuck.ok and "silent for 100 s" in stuck.reason
+    world.pulse.kafka_wait_until = None
+    assert not world.probes.liveness().ok
+    tuned = SETTINGS.model_copy(
+        update={"kafka": {"session.timeout.ms": "10000", "socket.timeout.ms": "5000"}}
+    )
+    assert tuned.commit_wait_bound_seconds == 10 + 3 * 5
 
 
 def test_ready_without_group_is_ready_from_the_start() -> None:
