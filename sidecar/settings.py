@@ -13,6 +13,7 @@ Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -48,6 +49,10 @@ EVENT_TYPES = (
     "kafka.partitions.lost",
     "kafka.rebalance.requested",
 )
+
+# The longest duration a millisecond setting may name: the time and thread APIs these
+# reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
+_DAY_MS = 86_400_000
 
 # librdkafka properties the sidecar reads as numbers itself (librdkafka parses a prefix:
 # it takes "45000x" as 45000, where Python's int() refuses it).
@@ -92,6 +97,12 @@ class WebhookSpec(BaseModel):
         description="One deadline for the whole POST (connect, TLS, send, answer).",
     )
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @property
+    def subscription_id(self) -> str:
+        """Its subscription's id: the given one, else one derived from the URL (stable
+        across restarts)."""
+        return self.id or "cfg_" + hashlib.sha256(self.url.encode()).hexdigest()[:16]
 
 
 class Settings(BaseSettings):
@@ -184,14 +195,21 @@ class Settings(BaseSettings):
     webhook_max_age_ms: int = Field(
         default=3_600_000,
         ge=1_000,
+        le=30 * _DAY_MS,
         description="Give up a delivery this long after the event was journaled. A blocking "
         "subscriber that is down holds its later events until then (ordering).",
     )
     webhook_backoff_initial_ms: int = Field(
-        default=500, ge=1, description="First retry delay; doubles per attempt, full jitter."
+        default=500,
+        ge=1,
+        le=_DAY_MS,
+        description="First retry delay; doubles per attempt, full jitter.",
     )
     webhook_backoff_max_ms: int = Field(
-        default=30_000, ge=1, description="Largest retry delay, also caps `Retry-After`."
+        default=30_000,
+        ge=1,
+        le=_DAY_MS,
+        description="Largest retry delay, also caps `Retry-After`.",
     )
     events_topic: str | None = Field(
         default=None,
@@ -199,19 +217,24 @@ class Settings(BaseSettings):
         "by group id, with an idempotent producer.",
     )
     journal_retention_events: int = Field(
-        default=100_000, ge=100, description="Keep at most this many delivered events."
+        default=100_000,
+        ge=100,
+        le=1_000_000_000,
+        description="Keep at most this many delivered events.",
     )
     journal_retention_hours: float = Field(
-        default=168.0, gt=0, description="Drop delivered events older than this."
+        default=168.0, gt=0, le=87_600, description="Drop delivered events older than this."
     )
     drain_timeout_ms: int = Field(
         default=60_000,
         ge=1_000,
+        le=_DAY_MS,
         description="Default deadline of `POST /drain` (leave the group, deliver `revoked`).",
     )
     shutdown_timeout_ms: int = Field(
         default=60_000,
         ge=1_000,
+        le=_DAY_MS,
         description="On SIGTERM: leave the group and stop within this; then a hard exit.",
     )
     poll_timeout_ms: int = Field(
@@ -225,6 +248,7 @@ class Settings(BaseSettings):
     group_session_timeout_ms: int = Field(
         default=45_000,
         ge=1_000,
+        le=_DAY_MS,
         description="Under `group.protocol=consumer` (KIP-848): the broker's "
         "`group.consumer.session.timeout.ms`, which librdkafka does not take (it refuses "
         "`SIDECAR_KAFKA_SESSION_TIMEOUT_MS` there). librdkafka never expires a KIP-848 "
@@ -232,10 +256,16 @@ class Settings(BaseSettings):
         "from Kafka. Default: Kafka's. (Classic: librdkafka's `session.timeout.ms` is used.)",
     )
     statistics_interval_ms: int = Field(
-        default=5_000, ge=0, description="librdkafka statistics interval for metrics (0: off)."
+        default=5_000,
+        ge=0,
+        le=_DAY_MS,
+        description="librdkafka statistics interval for metrics (0: off).",
     )
     committed_timeout_ms: int = Field(
-        default=5_000, ge=100, description="Bound of reading committed offsets on assignment."
+        default=5_000,
+        ge=100,
+        le=_DAY_MS,
+        description="Bound of reading committed offsets on assignment.",
     )
     commit_timeout_ms: int = Field(
         default=10_000,
@@ -285,6 +315,30 @@ class Settings(BaseSettings):
                 return json.loads(value) if value.strip() else ()
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not valid JSON: {exc}") from None
+            except RecursionError:
+                raise ValueError("not valid JSON: nested too deeply") from None
+        return value
+
+    @field_validator("webhooks")
+    @classmethod
+    def _one_webhook_per_id(cls, value: tuple[WebhookSpec, ...]) -> tuple[WebhookSpec, ...]:
+        seen: set[str] = set()
+        for spec in value:
+            if spec.subscription_id in seen:
+                what = f"the id {spec.id!r}" if spec.id else f"the URL {spec.url!r} and no id"
+                raise ValueError(
+                    f"two webhooks share {what}: one would silently replace the other; "
+                    "give each its own id"
+                )
+            seen.add(spec.subscription_id)
+        return value
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_named(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            # Path("") is the working directory: a journal where nobody looks for it.
+            raise ValueError("is empty; leave it unset for the default (.rebalance-sidecar)")
         return value
 
     @field_validator("kafka", mode="before")
@@ -309,11 +363,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"{topic!r} is not a valid topic name")
         return value
 
-    @field_validator("api_token")
+    @field_validator("api_token", "drain_token")
     @classmethod
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().strip():
+        if value is None:
+            return value
+        token = value.get_secret_value()
+        if not token.strip():
             raise ValueError("is blank; leave it unset for no token, or set a real one")
+        if not re.fullmatch(r"[\x21-\x7e]+", token):
+            # It travels in an HTTP header, compared as ASCII: anything else could never
+            # match (every request refused), and is most likely a copy-paste accident.
+            raise ValueError("may hold only visible ASCII characters (no spaces)")
         return value
 
     @field_validator("bootstrap_servers")
@@ -347,6 +408,17 @@ class Settings(BaseSettings):
                     )
                 properties[name] = number
         return properties
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        # A JSON settings file may spell a lone surrogate ("\\ud800"): not text, and it
+        # would reach librdkafka's C code. (The environment is checked where it is read.)
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                if not _is_text(value):
+                    raise ValueError(f"{key} holds characters that are not text")
+        return data
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Settings:
@@ -434,6 +506,21 @@ class Settings(BaseSettings):
                 f"missing required setting(s): {', '.join(missing)} "
                 "(or run `rebalance-sidecar demo` for the embedded cluster)"
             )
+
+
+def _is_text(value: object) -> bool:
+    """Every string in ``value`` encodes to UTF-8 (no lone surrogates)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, Mapping):
+        return all(_is_text(k) and _is_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_is_text(v) for v in value)
+    return True
 
 
 def _is_loopback(host: str) -> bool:

@@ -9,12 +9,15 @@ one ``InvalidSettings`` line that names the variable, for the CLI's exit 2.
 from __future__ import annotations
 
 import difflib
+import io
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 from pydantic import ValidationError
 from pydantic_settings import (
     BaseSettings,
@@ -69,6 +72,28 @@ class _DotEnv(DotEnvSettingsSource):
     def __call__(self) -> dict[str, Any]:
         return _with_kafka_properties(super().__call__(), self.env_vars)
 
+    def _read_env_file(self, file_path: Path) -> Mapping[str, str | None]:
+        """Read once (a FIFO can be read only once), as UTF-8; a line python-dotenv cannot
+        parse is an error, not a warning and a setting silently dropped."""
+        try:
+            text = file_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InvalidSettings(f"{ENV_FILE_ENV}: {file_path} is not UTF-8 text") from None
+        except OSError as exc:
+            raise InvalidSettings(
+                f"{ENV_FILE_ENV}: cannot read {file_path}: {exc.strerror}"
+            ) from None
+        for binding in parse_stream(io.StringIO(text)):
+            if binding.error:  # its text is not shown: the line may hold a secret
+                raise InvalidSettings(
+                    f"{ENV_FILE_ENV}: {file_path} line {binding.original.line}: cannot parse "
+                    "it (KEY=value, quotes closed)"
+                )
+        values = dotenv_values(stream=io.StringIO(text))
+        return parse_env_vars(
+            values, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
 
 def _with_kafka_properties(
     data: dict[str, Any], env_vars: Mapping[str, str | None]
@@ -108,6 +133,7 @@ def load_settings(
 
     Raise ``InvalidSettings`` with one line naming every offending setting.
     """
+    _text_only(environ)
     upper = {key.upper(): value for key, value in environ.items()}
     if config_file is None and upper.get(CONFIG_FILE_ENV):
         config_file = Path(upper[CONFIG_FILE_ENV])
@@ -117,6 +143,8 @@ def load_settings(
     if env_file is not None:
         if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
             raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
+        if env_file.is_dir():
+            raise InvalidSettings(f"{ENV_FILE_ENV}: {env_file} is a directory, not a file")
         sources.append(_DotEnv(Settings, env_file))
     if config_file is not None:
         sources.append(_settings_file_source(config_file))
@@ -131,6 +159,22 @@ def load_settings(
         field = re.search(r'field "(\w+)"', str(exc))
         where = f"{ENV_PREFIX}{field.group(1).upper()}" if field else "settings"
         raise InvalidSettings(f"invalid setting {where}: {_one_line(exc)}") from None
+
+
+def _text_only(environ: Mapping[str, str]) -> None:
+    """A ``SIDECAR_*`` variable whose name or value is not UTF-8 (Python keeps such bytes
+    as lone surrogates) reached librdkafka's C code and crashed the process: refuse it."""
+    for key, value in environ.items():
+        if not key.upper().startswith(ENV_PREFIX):
+            continue
+        for text, what in ((key, "name"), (value, "value")):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise InvalidSettings(
+                    f"invalid setting {shown}: its {what} is not UTF-8 text"
+                ) from None
 
 
 def known_variables() -> tuple[str, ...]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import secrets
 import time
 import uuid
@@ -158,7 +157,7 @@ class Registry:
 
     def declare(self, specs: Iterable[WebhookSpec]) -> list[Subscription]:
         """Make the declared subscriptions what settings say (ids stable across restarts)."""
-        wanted = {_declared_id(spec): spec for spec in specs}
+        wanted = {spec.subscription_id: spec for spec in specs}
         for sub in self._journal.subscriptions():
             if sub.origin == "settings" and sub.id not in wanted:
                 self.delete(sub.id)
@@ -186,10 +185,6 @@ class Registry:
         deleted = self._journal.delete_subscription(sub_id)
         self._dispatcher.remove(sub_id)
         return deleted
-
-
-def _declared_id(spec: WebhookSpec) -> str:
-    return spec.id or "cfg_" + hashlib.sha256(spec.url.encode()).hexdigest()[:16]
 
 
 def _same_target(a: Subscription, b: Subscription) -> bool:

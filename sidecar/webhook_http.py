@@ -73,11 +73,23 @@ def parse_target(url: str) -> Target:
             host = idna.encode(host.lower()).decode("ascii")
         except idna.IDNAError as exc:
             raise ValueError(f"host {parts.hostname!r} is not a valid host name ({exc})") from None
+    if ":" not in host and not _is_host_name(host):
+        raise ValueError(
+            f"host {parts.hostname!r} is not a valid host name (labels of 1 to 63 "
+            "characters, 253 in all)"
+        )
     authority = f"[{host}]" if ":" in host else host
     if parts.port is not None:
         authority += f":{parts.port}"
     path = _ascii(parts.path or "/") + (f"?{_ascii(parts.query)}" if parts.query else "")
     return Target(parts.scheme, host, port, path, authority)
+
+
+def _is_host_name(host: str) -> bool:
+    """What a resolver takes (RFC 1035 lengths; one trailing dot allowed): the IDNA codec
+    of ``getaddrinfo`` refuses an empty label or one over 63 characters."""
+    labels = host.removesuffix(".").split(".")
+    return len(host) <= 253 and all(0 < len(label) <= 63 for label in labels)
 
 
 def _ascii(text: str) -> str:
@@ -163,6 +175,8 @@ class WebhookClient:
             raise PostFailed(f"TLSError: {exc}") from None
         except OSError as exc:
             raise PostFailed(f"ConnectError: {exc}") from None
+        except UnicodeError as exc:  # the resolver's IDNA codec refused the name
+            raise PostFailed(f"ConnectError: host {target.host!r}: {exc}") from None
         self._key = key
         self._h11 = h11.Connection(h11.CLIENT)
 

@@ -301,6 +301,11 @@ def test_plain_acknowledgements_hand_back_nothing() -> None:
         ("http:///nohost", "no host"),
         ("http://x/y#frag", "fragment"),
         ("http://x:99999/", "not a valid URL"),
+        # A name the resolver's IDNA codec refuses: accepted, then its courier crashed
+        # on every attempt ("restarting it"), forever, and nothing was logged as delivery.
+        ("http://" + "a" * 64 + ".localhost/", "labels of 1 to 63 characters"),
+        ("http://a..localhost/", "labels of 1 to 63 characters"),
+        ("http://" + "a." * 127 + "b/", "253 in all"),
     ],
 )
 def test_registry_rejects_bad_urls(tmp_path: Path, url: str, problem: str) -> None:
@@ -308,6 +313,15 @@ def test_registry_rejects_bad_urls(tmp_path: Path, url: str, problem: str) -> No
         with pytest.raises(InvalidSubscription, match=problem):
             rig.registry.create(url=url, events=None, mode="async", secret=None, timeout_ms=100)
         assert rig.registry.list() == []
+
+    run(scenario, tmp_path)
+
+
+def test_host_names_of_the_longest_legal_labels_are_accepted(tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        for url in ("http://" + "a" * 63 + ".localhost/", "http://localhost./x"):
+            rig.registry.create(url=url, events=None, mode="async", secret=None, timeout_ms=100)
+        assert len(rig.registry.list()) == 2
 
     run(scenario, tmp_path)
 

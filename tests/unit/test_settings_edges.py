@@ -1,0 +1,127 @@
+"""Settings that once got past validation and failed later: a segfault in librdkafka's C
+code, a 500 on every authenticated request, a courier crashing forever, a traceback at
+shutdown, a webhook silently replaced. Each is now one line at start-up, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar.settings import InvalidSettings
+from sidecar.settings_sources import load_settings
+from tests.support.sidecars import REPO
+
+GOOD = {"SIDECAR_BOOTSTRAP_SERVERS": "127.0.0.1:9", "SIDECAR_GROUP_ID": "g", "SIDECAR_TOPICS": "t"}
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+NOT_UTF8 = b"g\xff".decode("utf-8", "surrogateescape")  # how Python holds such bytes
+
+
+def refused(env: dict[str, str], **files: Path) -> str:
+    with pytest.raises(InvalidSettings) as caught:
+        load_settings({**GOOD, **env}, **files)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def webhook(url: str, **extra: str) -> dict[str, str]:
+    return {"url": url, "secret": SECRET, **extra}
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        # bytes that are not UTF-8: librdkafka segfaulted or asserted (Consumer_init)
+        ({"SIDECAR_GROUP_ID": NOT_UTF8}, "SIDECAR_GROUP_ID: its value is not UTF-8 text"),
+        ({"SIDECAR_KAFKA_CLIENT_ID": NOT_UTF8}, "SIDECAR_KAFKA_CLIENT_ID: its value is not"),
+        ({"SIDECAR_KAFKA_CLIENT" + NOT_UTF8: "1"}, "SIDECAR_KAFKA_CLIENTg\\xff: its name is"),
+        # a token no HTTP header can carry: every authenticated request answered 500
+        ({"SIDECAR_API_TOKEN": "s3" + NOT_UTF8}, "SIDECAR_API_TOKEN"),
+        ({"SIDECAR_API_TOKEN": "pässword"}, "SIDECAR_API_TOKEN: may hold only visible ASCII"),
+        ({"SIDECAR_DRAIN_TOKEN": "two words"}, "SIDECAR_DRAIN_TOKEN: may hold only visible"),
+        ({"SIDECAR_DRAIN_TOKEN": " "}, "SIDECAR_DRAIN_TOKEN: is blank"),
+        # durations the time APIs refuse: a traceback at shutdown, the leave not awaited
+        ({"SIDECAR_SHUTDOWN_TIMEOUT_MS": "1" + "0" * 20}, "SIDECAR_SHUTDOWN_TIMEOUT_MS"),
+        ({"SIDECAR_DRAIN_TIMEOUT_MS": "1" + "0" * 12}, "SIDECAR_DRAIN_TIMEOUT_MS"),
+        # SQLite refused the number: pruning died, nothing logged
+        ({"SIDECAR_JOURNAL_RETENTION_EVENTS": "1" + "0" * 23}, "SIDECAR_JOURNAL_RETENTION"),
+        ({"SIDECAR_WEBHOOKS": "[" * 5000 + "]" * 5000}, "SIDECAR_WEBHOOKS: not valid JSON"),
+        # Path("") is the working directory
+        ({"SIDECAR_DATA_DIR": ""}, "SIDECAR_DATA_DIR: is empty"),
+        # the second replaced the first without a word
+        (
+            {"SIDECAR_WEBHOOKS": json.dumps([webhook("http://a/", id="x"), webhook("http://b/", id="x")])},  # noqa: E501
+            "SIDECAR_WEBHOOKS: two webhooks share the id 'x'",
+        ),
+        (
+            {"SIDECAR_WEBHOOKS": json.dumps([webhook("http://a/"), webhook("http://a/")])},
+            "two webhooks share the URL 'http://a/' and no id",
+        ),
+    ],
+)  # fmt: skip
+def test_settings_that_failed_later_are_refused_at_start(env: dict[str, str], said: str) -> None:
+    assert said in refused(env)
+
+
+def test_a_json_settings_file_may_not_spell_a_lone_surrogate(tmp_path: Path) -> None:
+    config = tmp_path / "settings.json"
+    config.write_text('{"group_id": "\\ud800"}')  # valid JSON, not text
+    env = {k: v for k, v in GOOD.items() if k != "SIDECAR_GROUP_ID"}
+    with pytest.raises(InvalidSettings, match="group_id holds characters that are not text"):
+        load_settings(env, config_file=config)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"SIDECAR_GROUP_ID=\xff\xfe\n", "is not UTF-8 text"),  # a traceback before
+        # python-dotenv warned and dropped the line; the sidecar started without it
+        (b'SIDECAR_GROUP_ID=g\nSIDECAR_TOPICS="unterminated\n', "line 2: cannot parse it"),
+    ],
+)
+def test_a_dotenv_file_that_cannot_be_read_whole_is_refused(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    env_file = tmp_path / "sidecar.env"
+    env_file.write_bytes(content)
+    message = refused({}, env_file=env_file)
+    assert said in message and "unterminated" not in message  # a line may hold a secret
+
+
+def test_a_dotenv_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    # It was read as empty: "missing required setting(s)", never naming the file.
+    assert "is a directory" in refused({}, env_file=tmp_path)
+
+
+def test_the_good_dotenv_file_still_reads(tmp_path: Path) -> None:
+    env_file = tmp_path / "sidecar.env"
+    env_file.write_text("# comment\nSIDECAR_GROUP_ID='from the file'\nexport SIDECAR_TOPICS=a,b\n")
+    env = {k: v for k, v in GOOD.items() if k not in ("SIDECAR_GROUP_ID", "SIDECAR_TOPICS")}
+    settings = load_settings(env, env_file=env_file)
+    assert (settings.group_id, settings.topics) == ("from the file", ("a", "b"))
+
+
+def test_bytes_that_are_not_utf8_exit_2_not_a_crash() -> None:
+    """The process as users run it: it segfaulted (exit 139) or aborted (134)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env = {**base, **GOOD, "SIDECAR_API_PORT": "0", "SIDECAR_ADMIN_PORT": "-1"}
+    env_bytes = {k.encode(): v.encode() for k, v in env.items()}
+    for key, value in ((b"SIDECAR_KAFKA_CLIENT\xff", b"1"), (b"SIDECAR_GROUP_ID", b"g\xff")):
+        done = subprocess.run(
+            [sys.executable, "-m", "sidecar", "run"],
+            env={**env_bytes, key: value},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("rebalance-sidecar: invalid setting SIDECAR_")
+        assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
