@@ -153,7 +153,8 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535, description="HTTP listener port.")
     api_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token required by mutating endpoints (POST, DELETE).",
+        description="Bearer token required by mutating endpoints (POST, DELETE); visible "
+        "ASCII only (it travels in a header).",
     )
     admin_host: str = Field(
         default="0.0.0.0",  # noqa: S104 - the kubelet and Prometheus reach the pod IP
@@ -168,8 +169,9 @@ class Settings(BaseSettings):
     )
     drain_token: SecretStr | None = Field(
         default=None,
-        description="Credential of the admin listener's drain path (header `X-Drain-Token`); "
-        "without it only loopback callers may drain through the admin listener.",
+        description="Credential of the admin listener's drain path (header `X-Drain-Token`, "
+        "visible ASCII only); without it only loopback callers may drain through the admin "
+        "listener.",
     )
     ready_without_group: bool = Field(
         default=False,
