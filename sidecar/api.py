@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,6 +27,7 @@ from sidecar.errors import (
     http_body,
     http_headers,
     http_status,
+    json_safe,
 )
 from sidecar.journal import storage_failed
 from sidecar.web import admin, assignment, control, events, probes, webhooks
@@ -106,25 +106,25 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The errors echo the caller's input (and name its keys): made JSON-safe first, so
+        # a lone surrogate or a NaN the JSON parser let through cannot fail the rendering.
+        errors = json_safe(list(exc.errors()))
         problems = []
-        for error in exc.errors():
+        for error in errors:
             where = ".".join(str(p) for p in error.get("loc", ()))
             problems.append(f"{where}: {error.get('msg')}")
         # 422 is for a body that parsed but says something invalid; a query string,
         # header or path that is not what it must be is a malformed request: 400.
-        in_body = any(tuple(error.get("loc", ()))[:1] == ("body",) for error in exc.errors())
+        in_body = any(tuple(error.get("loc", ()))[:1] == ("body",) for error in errors)
         return JSONResponse(
-            {
-                "error": "invalid request: " + "; ".join(problems),
-                "detail": jsonable_encoder(exc.errors(), custom_encoder={Exception: str}),
-            },
+            {"error": "invalid request: " + "; ".join(problems), "detail": errors},
             status_code=422 if in_body else 400,
         )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
-            {"error": str(exc.detail)},
+            {"error": json_safe(str(exc.detail))},
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )

@@ -33,6 +33,7 @@ never pick a status themselves.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sidecar.model import TopicPartition
@@ -191,7 +192,47 @@ def http_headers(error: SidecarError) -> dict[str, str]:
 
 
 def http_body(error: SidecarError) -> dict[str, Any]:
-    return {"error": error.message, **error.details}
+    body: dict[str, Any] = json_safe({"error": error.message, **error.details})
+    return body
+
+
+#: How deep ``json_safe`` copies nested lists and objects; deeper ones become a placeholder.
+JSON_SAFE_DEPTH = 32
+
+
+def json_safe(value: Any, depth: int = JSON_SAFE_DEPTH) -> Any:
+    """``value`` made fit for a JSON error body, which must always render: a string with
+    a lone surrogate (valid JSON ``"\\ud800"``, not encodable as UTF-8) gets it
+    backslash-escaped, NaN and ±Infinity (Python's ``json`` reads them) become the strings
+    ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, nesting deeper than ``depth`` becomes
+    ``"..."`` (an echo of a hostile body must not exhaust the stack) and anything else
+    that is not JSON (an exception in a validation error's context, say) becomes its
+    ``str``. Values that are already safe are returned as they are."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        return _safe_text(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict | list | tuple) and depth <= 0:
+        return "..."
+    if isinstance(value, dict):
+        return {_safe_text(str(k)): json_safe(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(json_safe(v, depth - 1) for v in value)
+    if isinstance(value, list):
+        return [json_safe(v, depth - 1) for v in value]
+    return _safe_text(str(value))
+
+
+def _safe_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 __all__ = [
@@ -219,4 +260,5 @@ __all__ = [
     "http_body",
     "http_headers",
     "http_status",
+    "json_safe",
 ]

@@ -23,20 +23,34 @@ class BodyLimit:
             await _too_large(send, self.limit)
             return
         seen = 0
-        started = False
+        exceeded = False  # the streamed body went over the limit
+        started = False  # a response went out (the app's, or our 413)
+        replaced = False  # the app's response is being dropped for our 413
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
+            if exceeded:  # asked again (say, waiting for a disconnect): it is over
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
+                    exceeded = True
                     raise _TooLarge()
             return message
 
         async def tracking_send(message: Message) -> None:
-            nonlocal started
+            # The app may catch _TooLarge as a body it could not read (FastAPI answers
+            # 400 "There was an error parsing the body"): whatever it answers once the
+            # body went over the limit, the caller gets the 413.
+            nonlocal started, replaced
+            if replaced:
+                return
             if message["type"] == "http.response.start":
+                if exceeded and not started:
+                    started = replaced = True
+                    await _too_large(send, self.limit)
+                    return
                 started = True
             await send(message)
 

@@ -23,7 +23,7 @@ NOT_UTF8 = b"g\xff".decode("utf-8", "surrogateescape")  # how Python holds such 
 
 def refused(env: dict[str, str], **files: Path) -> str:
     with pytest.raises(InvalidSettings) as caught:
-        load_settings({**GOOD, **env}, **files)  # type: ignore[arg-type]
+        load_settings({**GOOD, **env}, **files)
     message = str(caught.value)
     assert "\n" not in message
     return message

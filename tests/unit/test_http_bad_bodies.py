@@ -1,0 +1,277 @@
+"""Bad request bodies against a real sidecar: a clear 4xx JSON error, never a 500.
+
+The sidecar is ``rebalance-sidecar demo`` (librdkafka's mock cluster, no Kafka), a real
+process answering real HTTP, so a body that made the app crash shows as the 500 and the
+traceback in its log that a caller and an operator would see.
+
+* An invalid body echoed in the 422 must render even when it holds what JSON cannot
+  carry out: a lone surrogate (``"\\ud800"`` is valid JSON, not encodable as UTF-8), or
+  ``NaN`` / ``Infinity`` (Python's JSON parser reads them).
+* A streamed (chunked) body over the limit is the same 413 as a declared one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sidecar.api import MAX_BODY_BYTES
+from tests.support.sidecars import REPO, free_port
+
+CRASHED = ("Traceback", "Exception in ASGI application")
+DEMO = [sys.executable, "-m", "sidecar", "demo"]
+
+
+class Demo:
+    def __init__(self, client: httpx.Client, log: Path) -> None:
+        self.client = client
+        self.log = log
+        self.since = 0
+
+    def crashes(self) -> list[str]:
+        """Lines of the log since the test began that tell of a crash."""
+        with self.log.open("rb") as log:
+            log.seek(self.since)
+            lines = log.read().decode(errors="replace").splitlines()
+        return [line for line in lines if any(c in line for c in CRASHED)]
+
+
+@pytest.fixture
+def demo(running_demo: Demo) -> Demo:
+    running_demo.since = running_demo.log.stat().st_size
+    return running_demo
+
+
+@pytest.fixture(scope="module")
+def running_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """One demo for the module: it takes seconds to join its group."""
+    data_dir = tmp_path_factory.mktemp("demo")
+    log_path = data_dir / "demo.log"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*DEMO, "--port", str(port), "--data-dir", str(data_dir)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        _wait_for_the_group(client, process)
+        yield Demo(client, log_path)
+    finally:
+        client.close()
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _wait_for_the_group(client: httpx.Client, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the demo exited {process.returncode}"
+        try:
+            if client.get("/assignment").json()["state"] == "stable":
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("the demo's sidecar never joined its group")
+
+
+def post(demo: Demo, path: str, body: bytes) -> httpx.Response:
+    return demo.client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+# Raw bytes: each is what a client may send, escapes and all (json.dumps never writes NaN
+# unasked, and never a lone surrogate unescaped).
+UNRENDERABLE = [
+    pytest.param("/enforce-rebalance", rb'{"reason":"\ud800"}', "body.reason", id="reason"),
+    pytest.param("/enforce-rebalance", rb'{"reason":"\udfff x"}', "body.reason", id="low"),
+    pytest.param("/enforce-rebalance", rb'{"nope":"\ud800"}', "body.nope", id="extra-value"),
+    pytest.param("/enforce-rebalance", rb'{"\ud800":1}', "body", id="extra-key"),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"\ud800","partition":0,"offset":1}]}',
+        "body.offsets.0.topic",
+        id="topic",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":1}],"generation_id":"\ud800"}',
+        "body.generation_id",
+        id="generation",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":NaN}]}',
+        "body.offsets.0.offset",
+        id="nan",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":Infinity}]}',
+        "body.offsets.0.offset",
+        id="infinity",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":-Infinity}]}',
+        "body.offsets.0.offset",
+        id="minus-infinity",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":1e400}]}',
+        "body.offsets.0.offset",
+        id="overflow",
+    ),
+    pytest.param(
+        "/commit",
+        rb'{"offsets":[{"topic":"orders","partition":0,"offset":1}],"generation_id":NaN}',
+        "body.generation_id",
+        id="nan-generation",
+    ),
+    pytest.param("/commit", rb'"\ud800"', "body", id="bare-string"),
+    pytest.param("/webhooks", rb'{"url":"http://127.0.0.1:1/\ud800"}', "body.url", id="url"),
+    pytest.param(
+        "/webhooks",
+        rb'{"url":"http://127.0.0.1:1/","secret":"\ud800"}',
+        "body.secret",
+        id="secret",
+    ),
+    pytest.param(
+        "/webhooks",
+        rb'{"url":"http://127.0.0.1:1/","secret":"\ud800","nope":NaN}',
+        "body.secret",
+        id="webhook-both",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "where"), UNRENDERABLE)
+def test_an_invalid_body_that_json_cannot_carry_is_a_422_naming_the_field(
+    demo: Demo, path: str, body: bytes, where: str
+) -> None:
+    answer = post(demo, path, body)
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    error = answer.json()
+    assert error["error"].startswith("invalid request: "), error
+    assert f" {where}: " in error["error"], error
+    assert error["detail"], error
+    assert {tuple(d["loc"][:1]) for d in error["detail"]} == {("body",)}
+    # What is echoed is the input made JSON-safe: the escape, or the number's name.
+    echoed = json.dumps([d.get("input") for d in error["detail"]])
+    assert "\\\\ud800" in echoed or "\\\\udfff" in echoed or "Infinity" in echoed or "NaN" in echoed
+    assert demo.crashes() == []
+
+
+def test_an_invalid_body_is_answered_as_it_was_before(demo: Demo) -> None:
+    """Input JSON can carry is echoed as it was sent."""
+    answer = post(demo, "/commit", b'{"offsets":[{"topic":"orders","partition":0,"offset":1.5}]}')
+    assert answer.status_code == 422, answer.text
+    (detail,) = answer.json()["detail"]
+    assert detail["loc"] == ["body", "offsets", 0, "offset"]
+    assert detail["input"] == 1.5
+    extra = post(demo, "/enforce-rebalance", '{"nope":"zählung \U0001f600"}'.encode())
+    assert extra.status_code == 422, extra.text
+    assert extra.json()["detail"][0]["input"] == "zählung \U0001f600"
+    assert demo.crashes() == []
+
+
+def test_an_unknown_event_type_with_a_lone_surrogate_is_the_registrys_422(demo: Demo) -> None:
+    """``events`` items pass validation with a lone surrogate: the registry refuses the
+    name, and its error (which names it) still renders."""
+    body = rb'{"url":"http://127.0.0.1:1/","events":["\ud800"]}'
+    answer = post(demo, "/webhooks", body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"].startswith("events: unknown event type '\\ud800'")
+    assert demo.crashes() == []
+
+
+def test_a_deeply_nested_invalid_body_is_a_422(demo: Demo) -> None:
+    """Echoing a body nested as deep as the JSON parser allows must not exhaust the stack."""
+    nested = b"[" * 900 + b"]" * 900
+    answer = post(demo, "/commit", b'{"offsets":[],"x":' + nested + b"}")
+    assert answer.status_code == 422, answer.text
+    assert "body.x: Extra inputs are not permitted" in answer.json()["error"]
+    assert demo.crashes() == []
+
+
+def test_an_accepted_reason_with_odd_characters_is_journaled_not_a_500(demo: Demo) -> None:
+    """A reason JSON carries (NUL, a surrogate pair) is free text: accepted, journaled as
+    the event's reason and served back by /events."""
+    reason = "odd \x00 reason \U0001f600 \u2028"
+    answer = demo.client.post("/enforce-rebalance", json={"reason": reason})
+    assert answer.status_code == 202, answer.text
+    if not answer.json()["coalesced"]:
+        events = demo.client.get(
+            "/events?after=0&limit=1000", headers={"Accept": "application/json"}
+        )
+        assert events.status_code == 200, events.text
+        reasons = [e["data"].get("reason") for e in events.json()]
+        assert reason in reasons, reasons
+    assert demo.crashes() == []
+
+
+def _chunks(size: int, piece: int = 4096) -> Iterator[bytes]:
+    body = b'{"reason":"' + b"x" * size + b'"}'
+    for start in range(0, len(body), piece):
+        yield body[start : start + piece]
+
+
+@pytest.mark.parametrize("path", ["/enforce-rebalance", "/commit", "/webhooks"])
+def test_a_streamed_body_over_the_limit_is_the_same_413_as_a_declared_one(
+    demo: Demo, path: str
+) -> None:
+    size = MAX_BODY_BYTES + 1
+    headers = {"Content-Type": "application/json"}
+    declared = demo.client.request("POST", path, content=b"x" * size, headers=headers)
+    assert declared.status_code == 413, declared.text
+    # An iterator has no length: httpx sends it chunked, without Content-Length.
+    request = demo.client.build_request("POST", path, content=_chunks(size), headers=headers)
+    assert request.headers["transfer-encoding"] == "chunked"
+    assert "content-length" not in request.headers
+    streamed = demo.client.send(request)
+    assert streamed.status_code == 413, streamed.text
+    assert streamed.headers["content-type"] == "application/json"
+    assert (
+        streamed.json()
+        == declared.json()
+        == {"error": f"request body larger than {MAX_BODY_BYTES} bytes"}
+    )
+    assert demo.crashes() == []
+
+
+def test_a_streamed_body_under_the_limit_is_read_as_before(demo: Demo) -> None:
+    answer = demo.client.post(
+        "/enforce-rebalance",
+        content=_chunks(300),  # over the 255 characters a reason may have: a 422
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"].startswith("invalid request: body.reason: ")
+    body: dict[str, Any] = {"reason": "streamed"}
+    ok = demo.client.post(
+        "/enforce-rebalance",
+        content=iter([json.dumps(body).encode()]),
+        headers={"Content-Type": "application/json"},
+    )
+    assert ok.status_code == 202, ok.text
+    assert demo.crashes() == []
