@@ -13,20 +13,28 @@ the standard library at the top.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from sidecar.settings import Settings
 
 EXIT_USAGE = 2
+#: A reader that stopped reading (``journal export | head``): the shell's code for SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class CommandFailed(Exception):
+    """A command's input cannot be used (a file it cannot read or write, a journal it
+    cannot open): ``main`` prints the message as one line and exits 2."""
 
 
 class _Stopped(BaseException):
@@ -113,7 +121,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _settings_table(args.write)
         if args.command == "journal":
             return _export(args)
-    except InvalidSettings as exc:
+    except (InvalidSettings, CommandFailed) as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -131,8 +139,39 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other refusal (the usage itself
+    is one ``--help`` away), and exit code 2 as argparse's own."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("rebalance-sidecar").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"rebalance-sidecar: {where}{message} (see {self.prog} --help)\n")
+
+
+def _bounded_int(low: int, high: int | None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in ``low..high`` (``high`` None: no bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, not {text}")
+        return value
+
+    return parse
+
+
+_PORT = _bounded_int(0, 65535)  # 0: any free port (the demo picks one and prints it)
+_SEQUENCE = _bounded_int(0, 2**63 - 1)  # SQLite's INTEGER, the journal's sequences
+_COUNT = _bounded_int(0, None)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rebalance-sidecar",
         description="Join a Kafka consumer group for an application and turn its rebalances "
         "into signed, durable, ordered webhooks, SSE and a journal.",
@@ -156,8 +195,10 @@ def _parser() -> argparse.ArgumentParser:
         "simulated peer members that join and leave, so you can watch /assignment and "
         "/events change.",
     )
-    demo.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
-    demo.add_argument("--peers", type=int, default=2, help="simulated peers (default 2)")
+    demo.add_argument(
+        "--port", type=_PORT, default=8080, help="HTTP port (default 8080; 0: any free port)"
+    )
+    demo.add_argument("--peers", type=_COUNT, default=2, help="simulated peers (default 2)")
     demo.add_argument(
         "--data-dir",
         type=Path,
@@ -190,7 +231,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--data-dir", type=Path, required=True, help="SIDECAR_DATA_DIR")
     export.add_argument("--output", type=Path, default=None, help="file (default: stdout)")
-    export.add_argument("--after", type=int, default=0, help="only events after this sequence")
+    export.add_argument(
+        "--after", type=_SEQUENCE, default=0, help="only events after this sequence"
+    )
     return parser
 
 
@@ -345,32 +388,140 @@ def _check_declared_webhooks(settings: Settings) -> None:
 
 
 def _settings_table(files: list[Path]) -> int:
+    from sidecar.settings import InvalidSettings
     from sidecar.settings_table import markdown_table, rewrite_table
 
     if not files:
         print(markdown_table(), end="")
+    # Every file is read and checked before the first is written: one bad --write
+    # leaves them all as they were.
+    rewritten = []
     for path in files:
-        path.write_text(rewrite_table(path.read_text()))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandFailed(f"--write {path}: cannot read it: {_reason(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise CommandFailed(
+                f"--write {path}: not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from None
+        try:
+            rewritten.append((path, rewrite_table(text)))
+        except InvalidSettings as exc:
+            raise CommandFailed(f"--write {path}: {exc}") from None
+    for path, text in rewritten:
+        with _replacing(path, "--write") as out:
+            out.write(text)
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
-    from sidecar.journal import FILE_NAME, Journal
-    from sidecar.settings import InvalidSettings
+    import sqlite3
+
+    from sidecar.journal import FILE_NAME, Journal, JournalUnopenable
 
     if not (args.data_dir / FILE_NAME).exists():
-        raise InvalidSettings(f"--data-dir: no journal in {args.data_dir}")
-    journal = Journal(args.data_dir, durable=False)
+        raise CommandFailed(f"--data-dir: no journal in {args.data_dir}")
     try:
+        journal = Journal(args.data_dir, durable=False)
+    except JournalUnopenable as exc:
+        raise CommandFailed(f"--data-dir: {exc}") from None
+    except OSError as exc:
+        raise CommandFailed(f"--data-dir {args.data_dir}: {_reason(exc)}") from None
+    try:
+        if args.output is not None and _is_journal_file(args.output, journal.path):
+            raise CommandFailed(f"--output {args.output}: is the journal's own file")
         if args.output is None:
             count = journal.export_jsonl(sys.stdout, after=args.after)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
         else:
-            with args.output.open("w") as out:
+            with _replacing(args.output, "--output") as out:
                 count = journal.export_jsonl(out, after=args.after)
+    except BrokenPipeError:
+        # The reader stopped (``| head``): no traceback, and nothing more to write at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except sqlite3.Error as exc:  # found corrupt while reading it: no output replaced
+        raise CommandFailed(f"--data-dir: cannot read the journal {journal.path}: {exc}") from None
     finally:
         journal.close()
     print(f"exported {count} events", file=sys.stderr)
     return 0
+
+
+def _is_journal_file(path: Path, journal: Path) -> bool:
+    """``path`` is the journal or its write-ahead log or shared memory."""
+    for own in (
+        journal,
+        journal.with_name(f"{journal.name}-wal"),
+        journal.with_name(f"{journal.name}-shm"),
+    ):
+        with contextlib.suppress(OSError):
+            if path.samefile(own):
+                return True
+    return False
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, option: str) -> Iterator[IO[str]]:
+    """A text file that becomes ``path`` only once the block ends without an error.
+
+    Until then ``path`` keeps what it had: the text goes to a temporary file beside it,
+    synced and renamed over it at the end (a symbolic link is followed: its target is
+    replaced). A ``path`` that is not a regular file (``/dev/null``, a FIFO,
+    ``/dev/stdout``) is written as it is: there is nothing there to keep. Failures are
+    ``CommandFailed`` naming ``option`` and ``path``; the temporary file never stays.
+    """
+    import stat
+    import tempfile
+
+    try:
+        mode: int | None = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None  # a new file (or a dangling link: its target is created)
+    except OSError as exc:
+        raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise CommandFailed(f"{option} {path}: is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with path.open("w", encoding="utf-8") as special:
+                yield special
+        except OSError as exc:
+            raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+        return
+    target = path.resolve()
+    try:
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+    renamed = False
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            # mkstemp's 0600 made what open() would have given: the old file's mode, or
+            # the umask's for a new file.
+            os.fchmod(fd, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+        renamed = True
+    except OSError as exc:
+        raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+    finally:
+        if not renamed:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 if __name__ == "__main__":

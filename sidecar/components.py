@@ -22,7 +22,7 @@ from sidecar.errors import StartupError
 from sidecar.feed import Feed
 from sidecar.fleet import FleetJournal
 from sidecar.handoff import BarrierOutcome, Handoff
-from sidecar.journal import Journal
+from sidecar.journal import Journal, JournalUnopenable
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, Event, MemberState
 from sidecar.settings import Settings
@@ -93,7 +93,7 @@ def build_components(
         # The loop side only reads and records deliveries; the member thread opens its own
         # durable connection for the appends that must survive kill -9.
         journal = Journal(settings.data_dir, durable=journal_durable)
-    except OSError as exc:
+    except (OSError, JournalUnopenable) as exc:
         raise StartupError(f"SIDECAR_DATA_DIR={settings.data_dir}: {exc}") from None
     metrics_registry = metrics_registry or CollectorRegistry()
     metrics = Metrics(metrics_registry)

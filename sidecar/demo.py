@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import socket
 import sys
 import tempfile
 import threading
@@ -122,10 +123,19 @@ def start_mock_cluster() -> tuple[Producer, str]:
     return host, bootstrap
 
 
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 @contextlib.contextmanager
 def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Settings]:
     """The mock cluster and its peers for as long as the block runs; yields the settings
-    of a sidecar that joins them (``cli`` runs it: the demo does not know the daemon)."""
+    of a sidecar that joins them (``cli`` runs it: the demo does not know the daemon).
+
+    ``port`` 0 is a free port, picked here so the printed hints name the real one."""
+    port = port or _free_port("127.0.0.1")
     host, bootstrap = start_mock_cluster()
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="rebalance-sidecar-demo-"))
     settings = Settings(

@@ -97,19 +97,44 @@ def storage_failed(exc: sqlite3.Error) -> bool:
     return name.startswith(_STORAGE_FAILURES)
 
 
+class JournalUnopenable(Exception):
+    """The journal file cannot be opened as a journal: SQLite cannot open it (a directory
+    it may not create files in), it is not a database, it is corrupt, or it stays locked.
+
+    Raised by ``Journal()`` only, so a start-up or an export can say so in one line; a
+    journal that fails once open raises ``sqlite3.Error`` as before (the member thread's
+    fail stop, the API's 503).
+    """
+
+    def __init__(self, path: Path, error: sqlite3.Error) -> None:
+        super().__init__(f"cannot open the journal {path}: {error}")
+        self.path = path
+        self.error = error
+
+
 class Journal:
     """One connection to the journal; use it only from the thread that opened it."""
 
     def __init__(self, data_dir: Path, *, durable: bool) -> None:
+        """``OSError`` if ``data_dir`` cannot be created, ``JournalUnopenable`` if the
+        file in it cannot be opened, set up and read as a journal."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / FILE_NAME
-        self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
         self._next_sequence: int | None = None  # known once this connection appended
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-            self._db.execute(statement)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise JournalUnopenable(self.path, exc) from exc
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                self._db.execute(statement)
+            self.last_sequence()  # the first read, before anyone relies on the file
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise JournalUnopenable(self.path, exc) from exc
 
     def close(self) -> None:
         if self._next_sequence is not None:

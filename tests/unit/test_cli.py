@@ -291,3 +291,68 @@ def test_the_demo_does_not_import_the_cli() -> None:
             imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
     assert "sidecar.settings" in imported  # the walk sees the imports
     assert "sidecar.cli" not in imported
+
+
+def _refused(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a refusal: exit 2, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("rebalance-sidecar: "), done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_settings_write_refuses_a_file_it_cannot_use(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "x.md"
+    line = _refused(run({}, "settings", "--write", str(missing)))
+    assert (
+        line == f"rebalance-sidecar: --write {missing}: cannot read it: No such file or directory"
+    )
+    line = _refused(run({}, "settings", "--write", str(tmp_path)))
+    assert f"--write {tmp_path}: cannot read it: Is a directory" in line
+    latin1 = tmp_path / "latin1.md"
+    latin1.write_bytes("caf\xe9 <!-- settings-table:start -->".encode("latin-1"))
+    line = _refused(run({}, "settings", "--write", str(latin1)))
+    assert f"--write {latin1}: not UTF-8 text" in line
+    assert latin1.read_bytes() == "caf\xe9 <!-- settings-table:start -->".encode("latin-1")
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers here\n")
+    line = _refused(run({}, "settings", "--write", str(plain)))
+    assert f"--write {plain}: no settings table markers" in line  # which file, of several
+
+
+def test_settings_write_changes_no_file_when_one_is_refused(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    stale = (REPO / "README.md").read_text().replace("| `SIDECAR_GROUP_ID`", "| `SIDECAR_GONE`")
+    assert "`SIDECAR_GONE`" in stale
+    readme.write_text(stale)
+    done = run({}, "settings", "--write", str(readme), "--write", str(tmp_path / "missing.md"))
+    _refused(done)
+    assert readme.read_text() == stale
+    done = run({}, "settings", "--write", str(readme))
+    assert done.returncode == 0, done.stderr
+    assert "`SIDECAR_GONE`" not in readme.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]  # no temp left
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--port", "99999"], "argument --port: must be between 0 and 65535"),
+        (["--port", "-1"], "argument --port: must be between 0 and 65535"),
+        (["--port", "http"], "argument --port: not a whole number"),
+        (["--peers", "-1"], "argument --peers: must be at least 0"),
+    ],
+)
+def test_demo_refuses_a_bad_argument_before_starting(args: list[str], said: str) -> None:
+    line = _refused(run({}, "demo", *args))
+    assert line.startswith("rebalance-sidecar: demo: ")
+    assert said in line
+
+
+@pytest.mark.parametrize(
+    "args", [["run", "--bogus"], ["journal"], ["journal", "export"], ["no-such-command"]]
+)
+def test_a_usage_error_is_one_line(args: list[str]) -> None:
+    _refused(run({}, *args))
