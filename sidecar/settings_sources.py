@@ -108,6 +108,8 @@ def _with_kafka_properties(
 def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
     """YAML (the default), TOML or JSON by suffix; the library skips a missing file, but
     one that was named must exist."""
+    if path.is_dir():
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is a directory, not a file")
     if not path.is_file():
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
     try:

@@ -98,6 +98,10 @@ def test_a_dotenv_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
     assert "is a directory" in refused({}, env_file=tmp_path)
 
 
+def test_a_settings_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    assert "is a directory" in refused({}, config_file=tmp_path)  # was: "no such file"
+
+
 def test_the_good_dotenv_file_still_reads(tmp_path: Path) -> None:
     env_file = tmp_path / "sidecar.env"
     env_file.write_text("# comment\nSIDECAR_GROUP_ID='from the file'\nexport SIDECAR_TOPICS=a,b\n")
