@@ -212,6 +212,8 @@ def json_safe(value: Any, depth: int = JSON_SAFE_DEPTH) -> Any:
         return value
     if isinstance(value, str):
         return _safe_text(value)
+    if isinstance(value, bytes):  # a body that is not JSON, echoed as its text
+        return value.decode("utf-8", "backslashreplace")
     if isinstance(value, float):
         if math.isfinite(value):
             return value

@@ -44,6 +44,10 @@ from sidecar.settings import Settings
 
 log = structlog.get_logger("sidecar.member")
 
+# After a commit inside a callback returns, how long liveness still lets the poll loop be
+# silent for it (the rest of the callback, then the loop's next tick).
+_AFTER_KAFKA_WAIT_SECONDS = 5.0
+
 # A journal append is retried after these pauses before the member fails stop.
 _JOURNAL_RETRY_SECONDS = (0.1, 0.5, 1.0)
 
@@ -219,7 +223,9 @@ class RebalanceListener:
             self.commit_done(offsets, source, "failed")
             raise
         finally:
-            self.kafka_wait_until = None
+            # The callback goes on (journal records, then poll() returns): the loop is
+            # not silent for nothing if it ticks within the grace.
+            self.kafka_wait_until = time.monotonic() + _AFTER_KAFKA_WAIT_SECONDS
         self.commit_done(offsets, source, "committed")
 
     def commit_done(self, offsets: tuple[PartitionOffset, ...], source: str, outcome: str) -> None:

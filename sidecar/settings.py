@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535, description="HTTP listener port.")
     api_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token required by mutating endpoints (POST, DELETE); visible "
+        description="Bearer token required by mutating endpoints (POST, DELETE); printable "
         "ASCII only (it travels in a header).",
     )
     admin_host: str = Field(
@@ -170,7 +170,7 @@ class Settings(BaseSettings):
     drain_token: SecretStr | None = Field(
         default=None,
         description="Credential of the admin listener's drain path (header `X-Drain-Token`, "
-        "visible ASCII only); without it only loopback callers may drain through the admin "
+        "printable ASCII only); without it only loopback callers may drain through the admin "
         "listener.",
     )
     ready_without_group: bool = Field(
@@ -373,10 +373,13 @@ class Settings(BaseSettings):
         token = value.get_secret_value()
         if not token.strip():
             raise ValueError("is blank; leave it unset for no token, or set a real one")
-        if not re.fullmatch(r"[\x21-\x7e]+", token):
-            # It travels in an HTTP header, compared as ASCII: anything else could never
-            # match (every request refused), and is most likely a copy-paste accident.
-            raise ValueError("may hold only visible ASCII characters (no spaces)")
+        if not re.fullmatch(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?", token):
+            # It travels in an HTTP header, compared as ASCII, and a header value's
+            # surrounding spaces are not part of it: anything else could never match
+            # (every authenticated request answered 500), most likely a copy-paste accident.
+            raise ValueError(
+                "may hold only printable ASCII characters, without leading or trailing spaces"
+            )
         return value
 
     @field_validator("bootstrap_servers")
@@ -482,15 +485,18 @@ class Settings(BaseSettings):
 
     @property
     def commit_wait_bound_seconds(self) -> float:
-        """How long librdkafka's synchronous commit may wait by its own timeouts: for a
-        coordinator (up to the session timeout), then for the answer, sent up to three
-        times (``socket.timeout.ms`` each). The sidecar cannot cut that wait short inside
-        a rebalance callback; liveness counts it as alive (``sidecar.probes``)."""
+        """How long liveness lets a synchronous commit inside a rebalance callback wait
+        for Kafka (``sidecar.probes``): one round of librdkafka's own timeouts, its wait
+        for a coordinator (librdkafka's ``session.timeout.ms``, which it also uses under
+        KIP-848, where it cannot be set: 45 s) and the request sent up to three times
+        (``socket.timeout.ms`` each). Not a bound librdkafka keeps: it retries a commit it
+        could not send for as long as the coordinator stays unreachable."""
         try:
+            session = int(self.kafka.get("session.timeout.ms", "45000")) / 1000
             socket_timeout = int(self.kafka.get("socket.timeout.ms", "60000")) / 1000
         except ValueError:  # librdkafka refused it at start-up already; never raise here
-            socket_timeout = 60.0
-        return self.session_timeout_seconds + 3 * socket_timeout
+            session, socket_timeout = 45.0, 60.0
+        return session + 3 * socket_timeout
 
     def require_group(self) -> None:
         """The checks that only ``run`` needs (``demo`` fills these in itself)."""

@@ -169,6 +169,8 @@ def _text_only(environ: Mapping[str, str]) -> None:
     for key, value in environ.items():
         if not key.upper().startswith(ENV_PREFIX):
             continue
+        if key.upper() in (CONFIG_FILE_ENV, ENV_FILE_ENV):  # paths Python opens as bytes
+            value = ""
         for text, what in ((key, "name"), (value, "value")):
             try:
                 text.encode("utf-8")

@@ -88,8 +88,8 @@ def parse_target(url: str) -> Target:
 def _is_host_name(host: str) -> bool:
     """What a resolver takes (RFC 1035 lengths; one trailing dot allowed): the IDNA codec
     of ``getaddrinfo`` refuses an empty label or one over 63 characters."""
-    labels = host.removesuffix(".").split(".")
-    return len(host) <= 253 and all(0 < len(label) <= 63 for label in labels)
+    name = host.removesuffix(".")
+    return len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
 def _ascii(text: str) -> str:

@@ -120,6 +120,12 @@ def test_liveness_holds_while_a_commit_waits_for_kafka_within_librdkafkas_bound(
         update={"kafka": {"session.timeout.ms": "10000", "socket.timeout.ms": "5000"}}
     )
     assert tuned.commit_wait_bound_seconds == 10 + 3 * 5
+    # Under KIP-848 librdkafka still waits by its own session.timeout.ms (45 s, not
+    # settable there), not by the broker's session timeout the sidecar is told.
+    kip848 = SETTINGS.model_copy(
+        update={"group_protocol": "consumer", "group_session_timeout_ms": 10_000}
+    )
+    assert kip848.commit_wait_bound_seconds == 45 + 3 * 60
 
 
 def test_ready_without_group_is_ready_from_the_start() -> None:
