@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+from pyspark.sql.types import DoubleType, TimestampType
 
 from .report import render_report
 from .tables import TABLE_NAMES, build_tables
@@ -31,12 +32,30 @@ def step(spark: SparkSession, description: str) -> Iterator[None]:
         context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
+# Columns of these types are nearly all distinct values (instants, durations), so a
+# Parquet dictionary never pays off for them: the writer hashes every value into it
+# until the dictionary outgrows its page and it falls back to plain encoding anyway.
+# Measured: a sixth of the executor's samples in the table writes were these lookups
+# (docs/analytics.md, fifth round).
+UNDICTIONARIED_TYPES = (TimestampType, DoubleType)
+
+
+def table_writer(frame: DataFrame) -> DataFrameWriter:
+    """``frame.write``, overwriting, without a dictionary for its instants and durations
+    (the strings, ids and counts keep theirs: few distinct values, small files)."""
+    writer = frame.write.mode("overwrite")
+    for field in frame.schema.fields:
+        if isinstance(field.dataType, UNDICTIONARIED_TYPES):
+            writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
+    return writer
+
+
 def write_tables(tables: Mapping[str, DataFrame], output: Path) -> None:
     output.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         target = frame.coalesce(1) if name in SMALL_TABLES else frame
         with step(frame.sparkSession, f"write {name}"):
-            target.write.mode("overwrite").parquet(str(output / name))
+            table_writer(target).parquet(str(output / name))
 
 
 def read_tables(spark: SparkSession, output: Path) -> dict[str, DataFrame]:

@@ -122,6 +122,53 @@ def test_tables_describe_the_generated_fleet(
     assert sum(int(str(r["duplicates"])) for r in delivery) == lines - len(ids)
 
 
+def parquet_columns(spark: SparkSession, directory: Path) -> dict[str, tuple[str, str, set[str]]]:
+    """Per column of the biggest Parquet file in ``directory`` (an empty task's file has
+    no row group), from its footer (parquet-mr, through the session's JVM): physical
+    type, logical type and the encodings used."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    biggest = max(directory.glob("*.parquet"), key=lambda f: f.stat().st_size)
+    path = jvm.org.apache.hadoop.fs.Path(str(biggest))
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf)
+    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
+    try:
+        footer = reader.getFooter()
+    finally:
+        reader.close()
+    columns: dict[str, tuple[str, str, set[str]]] = {}
+    for column in footer.getBlocks().get(0).getColumns():
+        primitive = column.getPrimitiveType()
+        logical = primitive.getLogicalTypeAnnotation()
+        columns[column.getPath().toDotString()] = (
+            primitive.getPrimitiveTypeName().toString(),
+            "" if logical is None else logical.toString(),
+            {e.toString() for e in column.getEncodings()},
+        )
+    return columns
+
+
+@pytest.mark.spark
+def test_tables_store_instants_as_microseconds_without_a_dictionary(
+    spark: SparkSession, job_output: Path
+) -> None:
+    """Timestamps are Parquet's INT64 microseconds (not the deprecated INT96), and the
+    columns whose values are nearly all distinct (instants, durations) skip the
+    dictionary the writer would otherwise fill and abandon; the rest keep theirs."""
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    for name in ("ownership", "downtime", "rebalances"):
+        columns = parquet_columns(spark, job_output / name)
+        instants = {c: v for c, v in columns.items() if v[0] == "INT96" or "TIMESTAMP" in v[1]}
+        assert instants, name
+        for column, (physical, logical, encodings) in instants.items():
+            assert physical == "INT64" and "MICROS" in logical, (name, column, physical, logical)
+            assert not encodings & dictionary, (name, column, encodings)
+        durations = [v for v in columns.values() if v[0] == "DOUBLE"]
+        assert durations and all(not v[2] & dictionary for v in durations), name
+        assert columns["group_id"][2] & dictionary, name
+
+
 @pytest.mark.spark
 def test_convert_to_parquet_then_the_same_tables(
     spark: SparkSession, fleet: Path, job_output: Path, tmp_path: Path
