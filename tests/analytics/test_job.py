@@ -123,13 +123,17 @@ def test_tables_describe_the_generated_fleet(
 
 
 def parquet_columns(spark: SparkSession, directory: Path) -> dict[str, tuple[str, str, set[str]]]:
-    """Per column of the biggest Parquet file in ``directory`` (an empty task's file has
-    no row group), from its footer (parquet-mr, through the session's JVM): physical
-    type, logical type and the encodings used."""
+    """:func:`footer_columns` of the biggest Parquet file in ``directory``."""
+    return footer_columns(spark, max(directory.glob("*.parquet"), key=lambda f: f.stat().st_size))
+
+
+def footer_columns(spark: SparkSession, file: Path) -> dict[str, tuple[str, str, set[str]]]:
+    """Per column of a Parquet file's first row group, from its footer (parquet-mr,
+    through the session's JVM): physical type, logical type and the encodings used;
+    empty for a file without a row group."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    biggest = max(directory.glob("*.parquet"), key=lambda f: f.stat().st_size)
-    path = jvm.org.apache.hadoop.fs.Path(str(biggest))
+    path = jvm.org.apache.hadoop.fs.Path(str(file))
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf)
     reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
@@ -138,6 +142,8 @@ def parquet_columns(spark: SparkSession, directory: Path) -> dict[str, tuple[str
     finally:
         reader.close()
     columns: dict[str, tuple[str, str, set[str]]] = {}
+    if footer.getBlocks().isEmpty():  # an empty task's file
+        return columns
     for column in footer.getBlocks().get(0).getColumns():
         primitive = column.getPrimitiveType()
         logical = primitive.getLogicalTypeAnnotation()
@@ -167,6 +173,37 @@ def test_tables_store_instants_as_microseconds_without_a_dictionary(
         durations = [v for v in columns.values() if v[0] == "DOUBLE"]
         assert durations and all(not v[2] & dictionary for v in durations), name
         assert columns["group_id"][2] & dictionary, name
+
+
+@pytest.mark.spark
+def test_parquet_written_before_and_after_the_timestamp_change_reads_as_one(
+    spark: SparkSession, fleet: Path, tmp_path: Path
+) -> None:
+    """A streaming job's ``_events/`` (or a converted archive) may hold files from before
+    timestamps were written as INT64 microseconds (INT96 then) next to new ones: the
+    directory still reads as one input, with the same instants."""
+    from sidecar.analytics.events import read_files, read_normalized
+
+    raw = read_files(spark, [str(fleet)]).withColumn("time", F.col("time").try_cast("timestamp"))
+    mixed = tmp_path / "_events"
+    previous = str(spark.conf.get("spark.sql.parquet.outputTimestampType"))
+    try:
+        for setting, half in (("INT96", 0), ("TIMESTAMP_MICROS", 1)):
+            spark.conf.set("spark.sql.parquet.outputTimestampType", setting)
+            part = raw.where(F.abs(F.hash("id")) % 2 == half)
+            part.write.mode("append").parquet(str(mixed))
+    finally:
+        spark.conf.set("spark.sql.parquet.outputTimestampType", previous)
+
+    footers = [footer_columns(spark, f) for f in mixed.glob("*.parquet")]
+    stored = {columns["time"][0] for columns in footers if columns}
+    assert stored == {"INT96", "INT64"}
+
+    def instants(inputs: list[str]) -> list[tuple[str, object]]:
+        frame = read_normalized(spark, inputs).select("event_id", "time")
+        return sorted((r["event_id"], r["time"]) for r in frame.collect())
+
+    assert instants([str(mixed)]) == instants([str(fleet)])
 
 
 @pytest.mark.spark
