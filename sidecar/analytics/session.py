@@ -42,14 +42,14 @@ PLANNER_CONF: Mapping[str, str] = {
     # AQE may coalesce its partitions, and Spark then treats it as unpartitioned and
     # shuffles every aggregate and window over it again).
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "false",
-    # Timestamps in the Parquet the job writes (tables, `_events/`, `analytics convert`)
+    # Timestamps in the Parquet the job writes (the tables, `analytics convert`'s `time`)
     # as 64-bit microseconds, Parquet's own timestamp type, instead of Spark's default
     # INT96 (deprecated by Parquet, 12-byte values that every dictionary lookup compares
     # byte by byte). Spark, pandas and pyarrow read both as the same timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # The job's caches (the flagged events, the segments, the rebalances) uncompressed:
-    # gathering each column's compressibility statistics and encoding it was a seventh
-    # of the executor's samples, for caches only 16 % smaller (72 against 86 MB at 1M events:
+    # gathering each column's compressibility statistics was 5 % of the executor's
+    # samples, for caches only 16 % smaller (72 against 86 MB at 1M events:
     # the partition arrays, most of the bytes, are never compressed). Both measured in
     # the fifth round of docs/analytics.md.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",

@@ -176,12 +176,48 @@ def test_tables_store_instants_as_microseconds_without_a_dictionary(
 
 
 @pytest.mark.spark
+def test_table_writer_leaves_out_only_the_dictionary_of_instants_and_durations(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Against Spark's own writer on the same rows, few distinct values in every column
+    (so Parquet keeps a dictionary wherever it is allowed one): ``table_writer`` drops it
+    for the timestamp and double columns and for nothing else."""
+    from sidecar.analytics.output import table_writer
+
+    frame = (
+        spark.range(2000)
+        .select(
+            (F.col("id") % 3).cast("string").alias("group_id"),
+            F.timestamp_micros((F.col("id") % 3) * 1_000_000).alias("owned_from"),
+            ((F.col("id") % 3) / 2).alias("seconds"),
+            (F.col("id") % 3).alias("generation_id"),
+        )
+        .coalesce(1)
+    )
+    frame.write.mode("overwrite").parquet(str(tmp_path / "plain"))
+    table_writer(frame).parquet(str(tmp_path / "table"))
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+
+    def with_dictionary(directory: Path) -> set[str]:
+        columns = parquet_columns(spark, directory)
+        return {name for name, (_, _, encodings) in columns.items() if encodings & dictionary}
+
+    assert with_dictionary(tmp_path / "plain") == {
+        "group_id",
+        "owned_from",
+        "seconds",
+        "generation_id",
+    }
+    assert with_dictionary(tmp_path / "table") == {"group_id", "generation_id"}
+
+
+@pytest.mark.spark
 def test_parquet_written_before_and_after_the_timestamp_change_reads_as_one(
     spark: SparkSession, fleet: Path, tmp_path: Path
 ) -> None:
-    """A streaming job's ``_events/`` (or a converted archive) may hold files from before
-    timestamps were written as INT64 microseconds (INT96 then) next to new ones: the
-    directory still reads as one input, with the same instants."""
+    """A directory of converted archives (``analytics convert``) may hold files converted
+    before timestamps were written as INT64 microseconds (INT96 then) next to new ones:
+    it still reads as one input, with the same instants."""
     from sidecar.analytics.events import read_files, read_normalized
 
     raw = read_files(spark, [str(fleet)]).withColumn("time", F.col("time").try_cast("timestamp"))
