@@ -122,6 +122,10 @@ def test_tables_describe_the_generated_fleet(
     assert sum(int(str(r["duplicates"])) for r in delivery) == lines - len(ids)
 
 
+# The encodings a Parquet column chunk lists when it was written with a dictionary.
+DICTIONARY_ENCODINGS = frozenset({"PLAIN_DICTIONARY", "RLE_DICTIONARY"})
+
+
 def parquet_columns(spark: SparkSession, directory: Path) -> dict[str, tuple[str, str, set[str]]]:
     """:func:`footer_columns` of the biggest Parquet file in ``directory``."""
     return footer_columns(spark, max(directory.glob("*.parquet"), key=lambda f: f.stat().st_size))
@@ -160,19 +164,18 @@ def test_tables_store_instants_as_microseconds_without_a_dictionary(
     spark: SparkSession, job_output: Path
 ) -> None:
     """Timestamps are Parquet's INT64 microseconds (not the deprecated INT96), and the
-    columns whose values are nearly all distinct (instants, durations) skip the
+    columns whose values are mostly distinct (instants, durations) skip the
     dictionary the writer would otherwise fill and abandon; the rest keep theirs."""
-    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
     for name in ("ownership", "downtime", "rebalances"):
         columns = parquet_columns(spark, job_output / name)
         instants = {c: v for c, v in columns.items() if v[0] == "INT96" or "TIMESTAMP" in v[1]}
         assert instants, name
         for column, (physical, logical, encodings) in instants.items():
             assert physical == "INT64" and "MICROS" in logical, (name, column, physical, logical)
-            assert not encodings & dictionary, (name, column, encodings)
+            assert not encodings & DICTIONARY_ENCODINGS, (name, column, encodings)
         durations = [v for v in columns.values() if v[0] == "DOUBLE"]
-        assert durations and all(not v[2] & dictionary for v in durations), name
-        assert columns["group_id"][2] & dictionary, name
+        assert durations and all(not v[2] & DICTIONARY_ENCODINGS for v in durations), name
+        assert columns["group_id"][2] & DICTIONARY_ENCODINGS, name
 
 
 @pytest.mark.spark
@@ -196,11 +199,12 @@ def test_table_writer_leaves_out_only_the_dictionary_of_instants_and_durations(
     )
     frame.write.mode("overwrite").parquet(str(tmp_path / "plain"))
     table_writer(frame).parquet(str(tmp_path / "table"))
-    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
 
     def with_dictionary(directory: Path) -> set[str]:
         columns = parquet_columns(spark, directory)
-        return {name for name, (_, _, encodings) in columns.items() if encodings & dictionary}
+        return {
+            name for name, (_, _, encodings) in columns.items() if encodings & DICTIONARY_ENCODINGS
+        }
 
     assert with_dictionary(tmp_path / "plain") == {
         "group_id",
@@ -221,7 +225,7 @@ def test_parquet_written_before_and_after_the_timestamp_change_reads_as_one(
     from sidecar.analytics.events import read_files, read_normalized
 
     raw = read_files(spark, [str(fleet)]).withColumn("time", F.col("time").try_cast("timestamp"))
-    mixed = tmp_path / "_events"
+    mixed = tmp_path / "archives"
     previous = str(spark.conf.get("spark.sql.parquet.outputTimestampType"))
     try:
         for setting, half in (("INT96", 0), ("TIMESTAMP_MICROS", 1)):
