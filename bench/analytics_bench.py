@@ -14,6 +14,13 @@ step the time ratio next to the size ratio, and the targets, met or missed:
 - >= 150,000 events/s at 4M events from Parquet, >= 100,000 from JSONL;
 - linear: each doubling of the events costs <= 2.1x the time.
 
+Next to each run of the job, on the same input in the same session, two baselines
+(bench/analytics_baseline.py): the read floor (the columns parsed, nothing else) and the
+plain job the issue names (dedupe, one window, one group-by). Printed with the job's
+time and CPU as multiples of the plain job's, and each rate target as a multiple of the
+plain job's rate: how far a target is beyond what Spark does here with a minimal job.
+``--no-baselines`` skips them.
+
 ``--stages`` adds, per size, where the time went (Spark jobs and stages from the
 event log, see bench/analytics_stages.py). ``--stream-rates`` feeds the fleet topic
 at each rate (events/s) for ``--stream-seconds`` and reports whether the streaming
@@ -39,6 +46,7 @@ from pathlib import Path
 import psutil
 from pyspark.sql import SparkSession
 
+from bench.analytics_baseline import BASELINES, BaselineRun, run_baselines
 from bench.analytics_stages import read_event_log, slowest_stages, stage_table
 from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
@@ -172,6 +180,48 @@ def targets(results: list[Measurement]) -> list[str]:
     return lines
 
 
+def baseline_table(results: list[Measurement], baselines: list[BaselineRun], form: str) -> str:
+    """Per size: each baseline's time and rate, and the job as a multiple of them."""
+    header = (
+        f"{'events':>10} {'read floor s':>13} {'plain job s':>12} {'events/s':>10}"
+        f" {'write floor s':>14} {'job s':>8} {'job/plain time':>15} {'job/plain CPU':>14}"
+        f" {'floors/job':>11}"
+    )
+    lines = [f"baselines from {form} (same input, same session):", header, "-" * len(header)]
+    for m in (r for r in results if r.form == form):
+        runs = {b.name: b for b in baselines if b.form == form and b.events == m.events}
+        if set(runs) != set(BASELINES):
+            continue
+        floor, plain, write = runs["read floor"], runs["plain job"], runs["write floor"]
+        cpu_ratio = "-"
+        if m.cpu_seconds and plain.cpu_seconds:
+            cpu_ratio = f"{m.cpu_seconds / plain.cpu_seconds:.2f}"
+        floors = (floor.seconds + write.seconds) / m.job_seconds
+        lines.append(
+            f"{m.events:>10,} {floor.seconds:>13.1f} {plain.seconds:>12.1f}"
+            f" {plain.events_per_second:>10,.0f} {write.seconds:>14.1f} {m.job_seconds:>8.1f}"
+            f" {m.job_seconds / plain.seconds:>15.2f} {cpu_ratio:>14} {floors:>11.2f}"
+        )
+    return "\n".join(lines)
+
+
+def target_against_baselines(baselines: list[BaselineRun]) -> list[str]:
+    """Each rate target as a multiple of what the baselines reach at the target size."""
+    lines: list[str] = []
+    for form, target in TARGETS.items():
+        runs = {b.name: b for b in baselines if b.form == form and b.events == TARGET_SIZE}
+        if set(runs) != set(BASELINES):
+            continue
+        plain = runs["plain job"]
+        floors = TARGET_SIZE / (runs["read floor"].seconds + runs["write floor"].seconds)
+        lines.append(
+            f"  {target:,.0f} events/s from {form}: {target / plain.events_per_second:.2f}x"
+            f" the plain job's rate ({plain.events_per_second:,.0f}/s);"
+            f" reading the events and writing the job's tables alone: {floors:,.0f}/s"
+        )
+    return lines
+
+
 def kafka_jars() -> list[str]:
     done = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "spark-jars.sh")],
@@ -275,6 +325,39 @@ def stream_run(
     )
 
 
+def event_log_conf(event_log: Path) -> dict[str, str]:
+    """Spark settings for an event log in ``event_log`` (emptied first), for --stages."""
+    shutil.rmtree(event_log, ignore_errors=True)
+    event_log.mkdir(parents=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": event_log.as_uri(),
+        # Plain JSON lines that analytics_stages reads while the app still runs.
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
+
+
+def streaming_lines(
+    streams: list[StreamRun], master: str, stream_seconds: float, trigger_seconds: float
+) -> str:
+    lines = [
+        f"streaming on {master}: trigger {trigger_seconds:g}s, "
+        f"{stream_seconds:g}s of feed per rate; keeps up = every batch's tables "
+        f"within two triggers of its oldest record"
+    ]
+    for run in streams:
+        lines.append(
+            f"  {run.rate:>7,} events/s: {run.sent:,} sent, {run.batches} batches, "
+            f"max lag {run.max_lag:.1f}s -> {'keeps up' if run.keeps_up else 'falls behind'}"
+        )
+    kept = [run.rate for run in streams if run.keeps_up]
+    lines.append(
+        f"  highest rate kept up with: {max(kept):,} events/s" if kept else "  none kept up"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.analytics_bench",
@@ -304,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-report", action="store_true", help="time the tables only")
     parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="skip the read floor and the plain job run next to each size",
+    )
+    parser.add_argument(
         "--stages",
         action="store_true",
         help="also print where each run's time went (Spark jobs and stages, event log)",
@@ -328,18 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     if not set(forms) <= set(TARGETS):
         parser.error("--formats takes parquet and/or jsonl")
 
-    conf: dict[str, str] = {}
     event_log = workdir / "event-log"
-    if args.stages:
-        shutil.rmtree(event_log, ignore_errors=True)
-        event_log.mkdir(parents=True)
-        conf = {
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": event_log.as_uri(),
-            # Plain JSON lines that analytics_stages reads while the app still runs.
-            "spark.eventLog.compress": "false",
-            "spark.eventLog.rolling.enabled": "false",
-        }
+    conf = event_log_conf(event_log) if args.stages else {}
     spark = build_session(
         master=args.master,
         driver_memory=args.driver_memory,
@@ -348,13 +426,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     jvm_cpu = JvmCpu(spark, args.master)
+    cpu = jvm_cpu.seconds
     report = not args.no_report
     warmup, _ = fleet_file(workdir, WARMUP_EVENTS, min(args.groups, 20), args.seed)
     warmup_parquet, _ = parquet_copy(spark, warmup)
     for path in (warmup, warmup_parquet):
         run_batch(spark, [str(path)], workdir / "out-warmup", report=report)
 
+    if not args.no_baselines:  # their code paths compiled once, like the job's
+        for form, path in (("jsonl", warmup), ("parquet", warmup_parquet)):
+            plain_output, job_output = workdir / "out-warmup-plain", workdir / "out-warmup"
+            run_baselines(spark, path, form, WARMUP_EVENTS, plain_output, job_output, cpu)
+
     results: list[Measurement] = []
+    baselines: list[BaselineRun] = []
     prepared: list[str] = []
     for size in args.sizes:
         jsonl, generated = fleet_file(workdir, size, args.groups, args.seed)
@@ -367,17 +452,22 @@ def main(argv: list[str] | None = None) -> int:
             output = workdir / f"out-{size}-{form}"
             shutil.rmtree(output, ignore_errors=True)
             since_ms = int(time.time() * 1000)
-            cpu_before = jvm_cpu.seconds()
+            cpu_before = cpu()
             result = run_batch(spark, [str(inputs[form])], output, report=report)
-            cpu_after = jvm_cpu.seconds()
-            cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-            results.append(Measurement(size, form, result.seconds, result.rebalances, cpu))
+            cpu_after = cpu()
+            spent = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+            results.append(Measurement(size, form, result.seconds, result.rebalances, spent))
             print(
                 f"{size:,} events from {form}: {result.seconds:.1f}s"
-                + (f" ({cpu:.1f} CPU-s in the JVM)" if cpu is not None else "")
+                + (f" ({spent:.1f} CPU-s in the JVM)" if spent is not None else "")
                 + f", {result.rebalances:,} rebalances",
                 file=sys.stderr,
             )
+            if not args.no_baselines:
+                plain_output = workdir / f"out-{size}-{form}-plain"
+                baselines += run_baselines(
+                    spark, inputs[form], form, size, plain_output, output, cpu
+                )
             if args.stages:
                 jobs, stages = read_event_log(event_log)
                 print(f"\n{size:,} events from {form}: where the time went\n")
@@ -403,21 +493,17 @@ def main(argv: list[str] | None = None) -> int:
     print("inputs: " + "; ".join(prepared))
     for form in forms:
         print(curve(results, form))
+    if baselines:
+        for form in forms:
+            print(baseline_table(results, baselines, form))
     print("targets (whole job: read, tables, write, report):")
     print("\n".join(targets(results)))
+    against = target_against_baselines(baselines)
+    if against:
+        print("the rate targets against the baselines, at the target size:")
+        print("\n".join(against))
     if streams:
-        print(
-            f"streaming on {args.master}: trigger {args.trigger_seconds:g}s, "
-            f"{args.stream_seconds:g}s of feed per rate; keeps up = every batch's tables "
-            f"within two triggers of its oldest record"
-        )
-        for run in streams:
-            print(
-                f"  {run.rate:>7,} events/s: {run.sent:,} sent, {run.batches} batches, "
-                f"max lag {run.max_lag:.1f}s -> {'keeps up' if run.keeps_up else 'falls behind'}"
-            )
-        kept = [run.rate for run in streams if run.keeps_up]
-        print(f"  highest rate kept up with: {max(kept):,} events/s" if kept else "  none kept up")
+        print(streaming_lines(streams, args.master, args.stream_seconds, args.trigger_seconds))
     spark.stop()
     return 0
 
