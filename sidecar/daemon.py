@@ -98,6 +98,7 @@ class Sidecar:
         self.settings = settings
         self.metrics_registry = registry or CollectorRegistry()
         self._lifecycle = Lifecycle.CREATED
+        self._drained_at: float | None = None  # monotonic
         self._parts: Components | None = None
         self._member: GroupMember | None = None
         self._stop_requested = asyncio.Event()
@@ -105,7 +106,11 @@ class Sidecar:
         self._listeners: list[_Listener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.probes = Probes(
-            settings, lambda: self._lifecycle, lambda: self.handoff.snapshot, lambda: self._member
+            settings,
+            lambda: self._lifecycle,
+            lambda: self.handoff.snapshot,
+            lambda: self._member,
+            lambda: self._drained_at,
         )
 
     # -- what the API reads -----------------------------------------------------------------
@@ -156,6 +161,7 @@ class Sidecar:
         started_here = self._lifecycle is Lifecycle.RUNNING
         if started_here:
             self._lifecycle = Lifecycle.DRAINED  # not ready from now on: the pod is going
+            self._drained_at = time.monotonic()
         try:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
@@ -163,6 +169,7 @@ class Sidecar:
         except MemberBusy:  # withdrawn, never run: still in the group, so still ready
             if started_here and self._lifecycle is Lifecycle.DRAINED:
                 self._lifecycle = Lifecycle.RUNNING
+                self._drained_at = None
             return None
         except TimeoutError:  # taken, still leaving: the caller answers 504
             return None

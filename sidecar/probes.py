@@ -7,6 +7,10 @@ What each probe means, and why (docs/probes.md says the same for operators):
   ticked recently, or that waits in a commit inside a rebalance callback for as long as
   librdkafka's own timeouts allow. A Kafka outage never fails it: restarting the
   container cannot bring the broker back, it only makes the group rebalance once more.
+  After a drain the member is out of the group on purpose and liveness holds, unless
+  ``drained_restart_after_ms`` passes without a stop signal: then nothing is going to
+  stop this process (in Kubernetes the app container's ``preStop`` drains the sidecar also
+  when only the app container restarts), and a restart is the way back into the group.
 * **startup** (``/startupz``): the journal is open and the API serves. Never depends on
   Kafka, so a broker that is down at deploy time does not get the pod killed in a loop.
 * **readiness** (``/readyz``): started, and joined the group once since start (or
@@ -80,11 +84,13 @@ class Probes:
         lifecycle: Callable[[], Lifecycle],
         snapshot: Callable[[], Assignment],
         member: Callable[[], MemberPulse | None],
+        drained_at: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._settings = settings
         self._lifecycle = lifecycle
         self._snapshot = snapshot
         self._member = member
+        self._drained_at = drained_at  # monotonic, when the drain began
         self._joined_once = False
 
     @property
@@ -100,6 +106,8 @@ class Probes:
         phase = self._lifecycle()
         if phase.stopping:
             return Probe(True, f"{phase.value}: no restart wanted")
+        if phase is Lifecycle.DRAINED and (stranded := self._drained_too_long()):
+            return stranded
         member = self._member()
         if member is None:
             return Probe(True, phase.value)
@@ -119,6 +127,21 @@ class Probes:
         if phase is Lifecycle.DRAINED:
             return Probe(True, "left the group on request")
         return Probe(False, "group member thread died")
+
+    def _drained_too_long(self) -> Probe | None:
+        """A failing probe once a drain outlived ``drained_restart_after_ms`` unstopped."""
+        limit = self._settings.drained_restart_after_ms / 1000
+        since = self._drained_at()
+        if not limit or since is None:
+            return None
+        drained = time.monotonic() - since
+        if drained <= limit:
+            return None
+        return Probe(
+            False,
+            f"drained {drained:.0f} s ago and never stopped (limit {limit:.0f} s): "
+            "restart to rejoin the group",
+        )
 
     def startup(self) -> Probe:
         phase = self._lifecycle()

@@ -82,6 +82,48 @@ def test_drain_delivers_revoked_to_the_app_then_peers_take_over(
         assert draining.terminate(timeout=30) == 0  # and the pod's SIGTERM is quick now
 
 
+def test_a_drain_that_no_stop_follows_fails_liveness_so_the_sidecar_rejoins(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """In Kubernetes the app container's ``preStop`` drains the sidecar whenever the app
+    container stops, also when only the app restarts (its own liveness probe failed): no
+    SIGTERM follows for the sidecar. Past ``drained_restart_after_ms`` liveness fails, the
+    kubelet restarts the sidecar, and it is back in the group; before, it stayed drained,
+    live and unready for good."""
+    topic = topic_factory(PARTITIONS)
+    drained = sidecar_factory(
+        group_id,
+        topic,
+        token="pod-token",
+        extra_env={
+            "SIDECAR_DRAIN_TIMEOUT_MS": "2000",
+            "SIDECAR_DRAINED_RESTART_AFTER_MS": "4000",
+        },
+    )
+    peer = sidecar_factory(group_id, topic)
+    wait_until(lambda: covers([drained, peer], topic, PARTITIONS), 60, "both stable")
+
+    assert drained.client.post("/drain", headers=drained.headers()).status_code == 200
+    assert drained.assignment()["state"] == "stopped"
+    assert drained.admin.get("/livez").status_code == 200  # a pod on its way out: no restart
+    assert drained.admin.get("/readyz").status_code == 503
+    wait_until(lambda: covers([peer], topic, PARTITIONS), 60, "the peer covers everything")
+
+    wait_until(lambda: drained.admin.get("/livez").status_code == 503, 15, "liveness fails")
+    failed = drained.admin.get("/livez")
+    assert "restart to rejoin the group" in failed.text, failed.text
+    assert drained.admin.get("/readyz").status_code == 503
+
+    assert drained.terminate(timeout=30) == 0  # what the kubelet does on a failed liveness
+    drained.start()
+    wait_until(lambda: covers([drained, peer], topic, PARTITIONS), 60, "both stable again")
+    assert drained.partitions()
+    assert drained.admin.get("/livez").status_code == 200
+    wait_until(lambda: drained.admin.get("/readyz").status_code == 200, 30, "ready again")
+
+
 DRAIN_TOKEN = "kubelet-drain-token"
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from sidecar.model import Assignment, MemberState
-from sidecar.probes import Lifecycle, Probes
+from sidecar.probes import Lifecycle, Probe, Probes
 from sidecar.settings import Settings
 
 SETTINGS = Settings(
@@ -137,3 +137,35 @@ def test_ready_without_group_is_ready_from_the_start() -> None:
         lambda: world.pulse,
     )
     assert world.probes.readiness().ok
+
+
+def test_a_drain_left_unstopped_past_its_limit_fails_liveness() -> None:
+    settings = SETTINGS.model_copy(
+        update={"drain_timeout_ms": 5_000, "drained_restart_after_ms": 60_000}
+    )
+    world = World()
+    drained_at: list[float | None] = [None]
+    probes = Probes(
+        settings,
+        lambda: world.lifecycle,
+        lambda: world.snapshot,
+        lambda: world.pulse,
+        lambda: drained_at[0],
+    )
+    world.lifecycle = Lifecycle.DRAINED
+    world.pulse = Pulse(alive=False)  # the member left the group
+    drained_at[0] = time.monotonic() - 59
+    assert probes.liveness() == Probe(True, "left the group on request")
+    drained_at[0] = time.monotonic() - 61
+    failed = probes.liveness()
+    assert not failed.ok and "restart to rejoin the group" in failed.reason
+    world.lifecycle = Lifecycle.STOPPING  # the stop came after all: no restart
+    assert probes.liveness().ok
+    off = Probes(
+        SETTINGS,
+        lambda: Lifecycle.DRAINED,
+        lambda: world.snapshot,
+        lambda: world.pulse,
+        lambda: time.monotonic() - 86_400,
+    )
+    assert off.liveness().ok  # 0, the default: drained for good

@@ -49,6 +49,12 @@ def webhook(url: str, **extra: str) -> dict[str, str]:
         # durations the time APIs refuse: a traceback at shutdown, the leave not awaited
         ({"SIDECAR_SHUTDOWN_TIMEOUT_MS": "1" + "0" * 20}, "SIDECAR_SHUTDOWN_TIMEOUT_MS"),
         ({"SIDECAR_DRAIN_TIMEOUT_MS": "1" + "0" * 12}, "SIDECAR_DRAIN_TIMEOUT_MS"),
+        # liveness would fail while the drain still runs
+        (
+            {"SIDECAR_DRAIN_TIMEOUT_MS": "60000", "SIDECAR_DRAINED_RESTART_AFTER_MS": "30000"},
+            "drained_restart_after_ms=30000 is shorter than drain_timeout_ms=60000",
+        ),
+        ({"SIDECAR_DRAINED_RESTART_AFTER_MS": "-1"}, "SIDECAR_DRAINED_RESTART_AFTER_MS"),
         # SQLite refused the number: pruning died, nothing logged
         ({"SIDECAR_JOURNAL_RETENTION_EVENTS": "1" + "0" * 23}, "SIDECAR_JOURNAL_RETENTION"),
         ({"SIDECAR_WEBHOOKS": "[" * 5000 + "]" * 5000}, "SIDECAR_WEBHOOKS: not valid JSON"),
