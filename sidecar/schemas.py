@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Strict(BaseModel):
@@ -51,7 +51,12 @@ class OffsetIn(_Strict):
 
 
 class CommitIn(_Strict):
-    offsets: list[OffsetIn] = Field(min_length=1, max_length=10_000)
+    offsets: list[OffsetIn] = Field(
+        min_length=1,
+        max_length=10_000,
+        description="One offset per partition (a partition named twice is refused: Kafka "
+        "would keep whichever came last, maybe the lower one).",
+    )
     generation_id: int | None = Field(
         default=None,
         ge=-1,
@@ -59,6 +64,16 @@ class CommitIn(_Strict):
         description="Fencing: refuse (409) unless the member is still in this generation "
         "(the `generation_id` of the `assigned` event or `/assignment` the app acted on).",
     )
+
+    @field_validator("offsets")
+    @classmethod
+    def _one_offset_per_partition(cls, offsets: list[OffsetIn]) -> list[OffsetIn]:
+        seen: set[tuple[str, int]] = set()
+        for o in offsets:
+            if (o.topic, o.partition) in seen:
+                raise ValueError(f"{o.topic}[{o.partition}] is named twice: give one offset each")
+            seen.add((o.topic, o.partition))
+        return offsets
 
 
 class CommitOut(BaseModel):

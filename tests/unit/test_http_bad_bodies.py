@@ -195,6 +195,22 @@ def test_an_invalid_body_is_answered_as_it_was_before(demo: Demo) -> None:
     assert demo.crashes() == []
 
 
+def test_a_commit_naming_a_partition_twice_is_a_422_not_a_backward_commit(demo: Demo) -> None:
+    """Kafka keeps the last offset given for a partition: ``5`` then ``3`` was answered 200
+    with both listed as committed, and the group's offset went back to 3."""
+    body = {
+        "offsets": [
+            {"topic": "orders", "partition": 0, "offset": 5},
+            {"topic": "orders", "partition": 1, "offset": 9},
+            {"topic": "orders", "partition": 0, "offset": 3},
+        ]
+    }
+    answer = demo.client.post("/commit", json=body)
+    assert answer.status_code == 422, answer.text
+    assert "orders[0] is named twice" in answer.json()["error"]
+    assert demo.crashes() == []
+
+
 def test_an_unknown_event_type_with_a_lone_surrogate_is_the_registrys_422(demo: Demo) -> None:
     """``events`` items pass validation with a lone surrogate: the registry refuses the
     name, and its error (which names it) still renders."""
