@@ -360,6 +360,34 @@ def test_grace_period_is_sized_for_the_drain(tools: None) -> None:
     assert "terminationGracePeriodSeconds=30 is too short" in too_short.stderr
 
 
+def test_a_drained_sidecar_that_no_sigterm_follows_is_restarted_after_the_grace(
+    tools: None,
+) -> None:
+    """The app's preStop drains the sidecar also when only the app container restarts;
+    liveness then fails after the pod's grace period + 30 s (a real termination is over by
+    then), so the kubelet restarts the sidecar and it rejoins the group."""
+
+    def restart_after(*args: str) -> str:
+        sidecar = container(
+            pod_spec(render(*REQUIRED, *args))["initContainers"], "rebalance-sidecar"
+        )
+        return str(env_of(sidecar)["SIDECAR_DRAINED_RESTART_AFTER_MS"]["value"])
+
+    assert restart_after() == str((90 + 30) * 1000)
+    assert restart_after("--set", "workload.terminationGracePeriodSeconds=200") == "230000"
+    assert restart_after("--set", "sidecar.drainedRestartAfterMs=0") == "0"  # stay drained
+    assert restart_after("--set", "sidecar.drainedRestartAfterMs=600000") == "600000"
+    short = helm_template(*REQUIRED, "--set", "sidecar.drainedRestartAfterMs=1000")
+    assert short.returncode != 0
+    assert "drainedRestartAfterMs=1000 is shorter than sidecar.drainTimeoutMs" in short.stderr
+    # The kustomize base: its own grace period + 30 s.
+    built = yaml.safe_load_all(run(KUSTOMIZE, "build", REPO / "deploy/kubernetes/base").stdout)
+    deployment = next(d for d in built if d and d["kind"] == "Deployment")
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    env = (REPO / "deploy/kubernetes/base/sidecar.env").read_text().splitlines()
+    assert f"SIDECAR_DRAINED_RESTART_AFTER_MS={(grace + 30) * 1000}" in env
+
+
 def test_statefulset_takes_the_group_instance_id_from_the_pod_name(tools: None) -> None:
     docs = render(*REQUIRED, "--set", "workload.kind=StatefulSet")
     env = env_of(container(pod_spec(docs, "StatefulSet")["initContainers"], "rebalance-sidecar"))
@@ -513,6 +541,147 @@ def test_pod_disruption_budget_lets_one_member_go_at_a_time(tools: None) -> None
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     off = render(*REQUIRED, "--set", "podDisruptionBudget.enabled=false")
     assert not [d for d in off if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_pod_disruption_budget_lets_pods_that_never_joined_be_evicted(tools: None) -> None:
+    # /readyz is 503 until the first join: when no pod can join (ACLs, Kafka down at
+    # deploy) every pod is unhealthy, and IfHealthyBudget would refuse every eviction.
+    def policy(*args: str, kube_version: str = KUBE_VERSION) -> str | None:
+        docs = render(*REQUIRED, *args, kube_version=kube_version)
+        value: str | None = one(docs, "PodDisruptionBudget")["spec"].get(
+            "unhealthyPodEvictionPolicy"
+        )
+        return value
+
+    assert policy() == "AlwaysAllow"
+    key = "podDisruptionBudget.unhealthyPodEvictionPolicy"
+    assert policy("--set", f"{key}=IfHealthyBudget") == "IfHealthyBudget"
+    assert policy("--set", f"{key}=") is None  # the API server's default
+    # Beta (on by default) since 1.27, GA in 1.31; unknown to older API servers.
+    assert policy("--set", "sidecar.mode=classic", kube_version="1.27.0") == "AlwaysAllow"
+    assert policy("--set", "sidecar.mode=classic", kube_version="1.26.0") is None
+    refused = helm_template(*REQUIRED, "--set", f"{key}=Always")
+    assert refused.returncode != 0
+    assert "podDisruptionBudget/unhealthyPodEvictionPolicy" in refused.stderr
+    for overlay in ("base", "overlays/classic-sidecar"):
+        result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / overlay)
+        assert result.returncode == 0, result.stderr
+        docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+        spec = one(docs, "PodDisruptionBudget")["spec"]
+        assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow", overlay
+
+
+def test_app_gets_only_sidecar_scoped_variables_and_never_a_name_twice(
+    tools: None, tmp_path: Path
+) -> None:
+    app = container(pod_spec(render(*REQUIRED))["containers"], "app")
+    names = [e["name"] for e in app["env"]]
+    assert sorted(names) == [
+        "PORT",
+        "SIDECAR_BOOTSTRAP_SERVERS",
+        "SIDECAR_GROUP_ID",
+        "SIDECAR_URL",
+    ]
+    env = env_of(app)
+    assert env["SIDECAR_BOOTSTRAP_SERVERS"]["value"] == "kafka:9092"
+    assert env["SIDECAR_GROUP_ID"]["value"] == "orders"
+    # The names an app that subscribes by itself reads would make it a competing member.
+    assert not {"GROUP_ID", "KAFKA_BOOTSTRAP_SERVERS"} & set(names)
+    # A name set in app.env wins; the chart does not emit it a second time.
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "sidecar": {"token": {"existingSecret": "mine"}},
+                "app": {
+                    "env": [
+                        {"name": "SIDECAR_URL", "value": "http://127.0.0.1:9999"},
+                        {"name": "SIDECAR_GROUP_ID", "value": "orders-offsets"},
+                        {
+                            "name": "SIDECAR_API_TOKEN",
+                            "valueFrom": {"secretKeyRef": {"name": "app", "key": "t"}},
+                        },
+                    ]
+                },
+            }
+        )
+    )
+    app = container(pod_spec(render(*REQUIRED, "--values", values))["containers"], "app")
+    names = [e["name"] for e in app["env"]]
+    assert len(names) == len(set(names)), names
+    env = env_of(app)
+    assert env["SIDECAR_URL"]["value"] == "http://127.0.0.1:9999"
+    assert env["SIDECAR_GROUP_ID"]["value"] == "orders-offsets"
+    assert env["SIDECAR_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "app", "key": "t"}
+    assert env["SIDECAR_BOOTSTRAP_SERVERS"]["value"] == "kafka:9092"
+    off = render(*REQUIRED, "--set", "app.sidecarEnv=false")
+    assert [e["name"] for e in container(pod_spec(off)["containers"], "app")["env"]] == ["PORT"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("podDisruptionBudget.maxUnavailable=0%", "podDisruptionBudget/maxUnavailable"),
+        ("podDisruptionBudget.maxUnavailable=0", "podDisruptionBudget/maxUnavailable"),
+        ("podDisruptionBudget.maxUnavailable=101%", "podDisruptionBudget/maxUnavailable"),
+        ("sidecar.dataVolume.sizeLimit=lots", "sidecar/dataVolume/sizeLimit"),
+        ("sidecar.dataVolume.sizeLimit=256m", "sidecar/dataVolume/sizeLimit"),  # 0.256 bytes
+        ("workload.statefulSet.persistence.size=1GB", "workload/statefulSet/persistence/size"),
+    ],
+)
+def test_schema_rejects_values_that_fail_only_at_apply_time(
+    tools: None, setting: str, complaint: str
+) -> None:
+    result = helm_template(*REQUIRED, "--set-string", setting)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_schema_accepts_budgets_and_sizes_kubernetes_accepts(tools: None) -> None:
+    for setting in (
+        "podDisruptionBudget.maxUnavailable=25%",
+        "podDisruptionBudget.maxUnavailable=100%",
+        "sidecar.dataVolume.sizeLimit=1Gi",
+        "sidecar.dataVolume.sizeLimit=1.5Gi",
+        "sidecar.dataVolume.sizeLimit=500M",
+        "sidecar.dataVolume.sizeLimit=",
+    ):
+        assert render(*REQUIRED, "--set-string", setting), setting
+    assert one(render(*REQUIRED, "--set", "podDisruptionBudget.maxUnavailable=2"), "Deployment")
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_sidecar_and_app_containers_need_different_names(tools: None, mode: str) -> None:
+    for setting in ("sidecar.name=app", "app.name=rebalance-sidecar"):
+        result = helm_template(*REQUIRED, "--set", f"sidecar.mode={mode}", "--set", setting)
+        assert result.returncode != 0, setting
+        assert "sidecar.name and app.name are both" in result.stderr
+        assert "two containers with one name" in result.stderr
+
+
+@pytest.mark.parametrize("monitor", ["podMonitor", "serviceMonitor"])
+def test_scrape_timeout_may_not_exceed_the_interval(tools: None, monitor: str) -> None:
+    def template(interval: str, timeout: str) -> subprocess.CompletedProcess[str]:
+        return helm_template(
+            *REQUIRED,
+            "--set",
+            f"monitoring.{monitor}.enabled=true",
+            "--set",
+            f"monitoring.{monitor}.interval={interval}",
+            "--set",
+            f"monitoring.{monitor}.scrapeTimeout={timeout}",
+        )
+
+    for interval, timeout in (("30s", "1m"), ("1m", "1m1s"), ("1s", "1001ms"), ("1h", "1d")):
+        result = template(interval, timeout)
+        assert result.returncode != 0, (interval, timeout)
+        assert (
+            f"monitoring.{monitor}.scrapeTimeout={timeout} is longer than "
+            f"monitoring.{monitor}.interval={interval}"
+        ) in result.stderr
+    for interval, timeout in (("30s", "10s"), ("1m30s", "90s"), ("1s", "500ms"), ("2h", "1h59m")):
+        result = template(interval, timeout)
+        assert result.returncode == 0, result.stderr
 
 
 def test_service_account_mounts_no_api_token(tools: None) -> None:

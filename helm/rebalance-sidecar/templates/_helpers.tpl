@@ -6,7 +6,8 @@ Public (other charts include these to inject the sidecar; see README.md):
   rebalance-sidecar.initContainers   the container when sidecar.mode=native, else nothing
   rebalance-sidecar.containers       the container when sidecar.mode=classic, else nothing
   rebalance-sidecar.volumes          the pod volumes the sidecar needs (list items)
-  rebalance-sidecar.appEnv           env items for the app: SIDECAR_URL (+ SIDECAR_API_TOKEN)
+  rebalance-sidecar.appEnv           env items for the app: SIDECAR_URL, SIDECAR_BOOTSTRAP_SERVERS,
+                                     SIDECAR_GROUP_ID (+ SIDECAR_API_TOKEN)
   rebalance-sidecar.appLifecycle     the app container's `lifecycle` (preStop drain, httpGet)
   rebalance-sidecar.podLabels        labels the pod must carry (Service/PodMonitor select them)
   rebalance-sidecar.terminationGracePeriodSeconds   the recommended grace period
@@ -216,6 +217,24 @@ stop. An explicit value below that is rejected.
 {{- end -}}
 {{- end -}}
 
+{{- /*
+After a drain no SIGTERM followed (only the app container restarted): liveness
+fails this long after the drain began. Default: the grace period + 30 s, so a
+real termination always ends first. An explicit value below the drain deadline
+is rejected (the sidecar would refuse it at start).
+*/ -}}
+{{- define "rebalance-sidecar.drainedRestartAfterMs" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $set := $c.values.sidecar.drainedRestartAfterMs -}}
+{{- if kindIs "invalid" $set -}}
+{{- mul (add (int64 (include "rebalance-sidecar.terminationGracePeriodSeconds" .)) 30) 1000 -}}
+{{- else if and (gt (int64 $set) 0) (lt (int64 $set) (int64 $c.values.sidecar.drainTimeoutMs)) -}}
+{{- fail (printf "sidecar.drainedRestartAfterMs=%v is shorter than sidecar.drainTimeoutMs (%d): liveness would fail while the drain runs (0 turns the restart off)" $set (int64 $c.values.sidecar.drainTimeoutMs)) -}}
+{{- else -}}
+{{- int64 $set -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* A scalar as text; whole numbers without an exponent (values files parse numbers as floats). */ -}}
 {{- define "rebalance-sidecar.scalar" -}}
 {{- if and (kindIs "float64" .) (eq . (floor .)) -}}
@@ -228,6 +247,30 @@ stop. An explicit value below that is rejected.
 {{- /* librdkafka property name -> SIDECAR_KAFKA_ variable ("_" -> "__", "." -> "_"). */ -}}
 {{- define "rebalance-sidecar.kafkaEnvName" -}}
 {{- printf "SIDECAR_KAFKA_%s" (. | replace "_" "__" | replace "." "_" | upper) -}}
+{{- end -}}
+
+{{- /* A Prometheus duration (1m30s, 500ms, 1h) in milliseconds. */ -}}
+{{- define "rebalance-sidecar.durationMs" -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- $total := int64 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" (toString .) -1 -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $total = add $total (mul (int64 $n) (int64 (get $units (trimPrefix $n .)))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{- /*
+Fails when a monitor's scrapeTimeout is longer than its interval: Prometheus
+refuses such a scrape config. Takes (dict "key" "podMonitor" "monitor" <values>).
+*/ -}}
+{{- define "rebalance-sidecar.checkScrapeTimeout" -}}
+{{- $m := .monitor -}}
+{{- if and $m.interval $m.scrapeTimeout -}}
+{{- if gt (int64 (include "rebalance-sidecar.durationMs" $m.scrapeTimeout)) (int64 (include "rebalance-sidecar.durationMs" $m.interval)) -}}
+{{- fail (printf "monitoring.%s.scrapeTimeout=%s is longer than monitoring.%s.interval=%s: Prometheus refuses a scrape timeout greater than the scrape interval; lower scrapeTimeout or raise interval" .key $m.scrapeTimeout .key $m.interval) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "rebalance-sidecar.validate" -}}
@@ -304,6 +347,8 @@ stop. An explicit value below that is rejected.
   value: {{ int64 $s.revokeTimeoutMs | quote }}
 - name: SIDECAR_DRAIN_TIMEOUT_MS
   value: {{ int64 $s.drainTimeoutMs | quote }}
+- name: SIDECAR_DRAINED_RESTART_AFTER_MS
+  value: {{ include "rebalance-sidecar.drainedRestartAfterMs" . | quote }}
 {{- with $s.eventsTopic }}
 - name: SIDECAR_EVENTS_TOPIC
   value: {{ . | quote }}
@@ -379,24 +424,29 @@ preStop:
 {{- end -}}
 {{- end -}}
 
-{{- /* Env items for the app container. */ -}}
+{{- /*
+Env items for the app container (app.sidecarEnv): SIDECAR_URL, the sidecar's
+SIDECAR_BOOTSTRAP_SERVERS and SIDECAR_GROUP_ID (the app reads its partitions
+itself with manual assignment; the group id is for reading committed offsets,
+never for joining: the names say whose settings they are, where a plain GROUP_ID
+would invite an app to subscribe as a competing member), and SIDECAR_API_TOKEN
+when a token is configured. A name already in app.env is left to app.env.
+*/ -}}
 {{- define "rebalance-sidecar.appEnv" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- if $c.values.app.sidecarEnv -}}
-- name: SIDECAR_URL
-  value: {{ printf "http://127.0.0.1:%d" (int64 $c.values.sidecar.api.port) | quote }}
-# The reference apps read their partitions themselves: Kafka's address and the group.
-- name: KAFKA_BOOTSTRAP_SERVERS
-  value: {{ $c.values.sidecar.kafka.bootstrapServers | quote }}
-- name: GROUP_ID
-  value: {{ $c.values.sidecar.kafka.groupId | quote }}
-{{- if include "rebalance-sidecar.hasToken" . }}
-- name: SIDECAR_API_TOKEN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "rebalance-sidecar.tokenSecretName" . }}
-      key: {{ include "rebalance-sidecar.tokenSecretKey" . }}
-{{- end }}
+{{- $taken := list -}}
+{{- range $c.values.app.env -}}{{- $taken = append $taken .name -}}{{- end -}}
+{{- $items := list (dict "name" "SIDECAR_URL" "value" (printf "http://127.0.0.1:%d" (int64 $c.values.sidecar.api.port))) -}}
+{{- $items = append $items (dict "name" "SIDECAR_BOOTSTRAP_SERVERS" "value" (toString $c.values.sidecar.kafka.bootstrapServers)) -}}
+{{- $items = append $items (dict "name" "SIDECAR_GROUP_ID" "value" (toString $c.values.sidecar.kafka.groupId)) -}}
+{{- if include "rebalance-sidecar.hasToken" . -}}
+{{- $ref := dict "name" (include "rebalance-sidecar.tokenSecretName" .) "key" (include "rebalance-sidecar.tokenSecretKey" .) -}}
+{{- $items = append $items (dict "name" "SIDECAR_API_TOKEN" "valueFrom" (dict "secretKeyRef" $ref)) -}}
+{{- end -}}
+{{- $free := list -}}
+{{- range $items -}}{{- if not (has .name $taken) -}}{{- $free = append $free . -}}{{- end -}}{{- end -}}
+{{- with $free -}}{{- toYaml . -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 
