@@ -120,6 +120,7 @@ class Settings(BaseSettings):
     group_id: str = Field(
         default="", description="Consumer group the sidecar joins for the application."
     )
+
     topics: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated topics; an entry starting with `^` is a regex.",
@@ -311,6 +312,15 @@ class Settings(BaseSettings):
         # defaults. ``load_settings`` passes the environment and file sources explicitly.
         return (init_settings,)
 
+    @field_validator("group_id", "group_instance_id", "assignment_strategy")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        # Spaces only: librdkafka aborts the process on a blank group id (an assertion in
+        # confluent-kafka's Consumer_init) and refuses a blank strategy at subscribe time.
+        if value is not None and value and not value.strip():
+            raise ValueError("is blank; leave it unset or give a real value")
+        return value
+
     @field_validator("topics", "webhook_allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
@@ -431,7 +441,9 @@ class Settings(BaseSettings):
         if isinstance(data, Mapping):
             for key, value in data.items():
                 if not _is_text(value):
-                    raise ValueError(f"{key} holds characters that are not text")
+                    raise ValueError(
+                        f"{key} holds characters that are not text (a NUL or a lone surrogate)"
+                    )
         return data
 
     @model_validator(mode="after")
@@ -532,13 +544,15 @@ class Settings(BaseSettings):
 
 
 def _is_text(value: object) -> bool:
-    """Every string in ``value`` encodes to UTF-8 (no lone surrogates)."""
+    """Every string in ``value`` encodes to UTF-8 (no lone surrogates) and holds no NUL
+    (C strings end there: librdkafka would take a group or topic name cut short, and a
+    path with one cannot be opened)."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             return False
-        return True
+        return "\x00" not in value
     if isinstance(value, Mapping):
         return all(_is_text(k) and _is_text(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):

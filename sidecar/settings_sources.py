@@ -110,7 +110,7 @@ def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
     one that was named must exist."""
     if path.is_dir():
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
     try:
         if path.suffix == ".toml":
@@ -122,6 +122,8 @@ def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
     except (ValueError, yaml.YAMLError) as exc:  # TOMLDecodeError, JSONDecodeError
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is not valid: {_one_line(exc)}") from None
+    except RecursionError:  # the parsers recurse per level of nesting
+        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is nested too deeply") from None
     except (AttributeError, TypeError):  # a list or a scalar where settings belong
         raise InvalidSettings(
             f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings"

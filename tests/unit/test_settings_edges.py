@@ -144,3 +144,68 @@ def test_bytes_that_are_not_utf8_exit_2_not_a_crash() -> None:
         assert done.stderr.startswith("rebalance-sidecar: invalid setting SIDECAR_")
         assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "run", *args],
+        env={**base, "SIDECAR_API_PORT": "0", "SIDECAR_ADMIN_PORT": "-1", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        # librdkafka aborted the process (exit 134, one C assertion line)
+        ({**GOOD, "SIDECAR_GROUP_ID": " "}, "SIDECAR_GROUP_ID: is blank"),
+        ({**GOOD, "SIDECAR_GROUP_ID": "\t"}, "SIDECAR_GROUP_ID: is blank"),
+        # the member thread died at subscribe; the process served on, out of the group
+        ({**GOOD, "SIDECAR_ASSIGNMENT_STRATEGY": " "}, "SIDECAR_ASSIGNMENT_STRATEGY: is blank"),
+    ],
+)
+def test_a_blank_group_or_strategy_exits_2_with_one_line(env: dict[str, str], said: str) -> None:
+    done = _run(env)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        # RecursionError, a traceback and exit 1
+        ("deep.yaml", "group_id: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested too deeply"),
+        ("deep.json", '{"group_id": ' + "[" * 20_000 + "]" * 20_000 + "}", "nested too deeply"),
+        # ValueError: embedded null byte, a traceback from opening the journal
+        ("nul.json", '{"data_dir": "/tmp/x\\u0000y"}', "data_dir holds characters that are not"),
+        # librdkafka cut the name at the NUL and subscribed to another pattern
+        ("nul.yaml", 'topics: "^a\\0b"\n', "topics holds characters that are not text"),
+    ],
+)
+def test_a_settings_file_too_deep_or_with_a_nul_exits_2_with_one_line(
+    tmp_path: Path, name: str, content: str, said: str
+) -> None:
+    config = tmp_path / name
+    config.write_text(content)
+    done = _run({k: v for k, v in GOOD.items() if k != "SIDECAR_TOPICS"}, "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_dotenv_file_with_a_nul_is_refused(tmp_path: Path) -> None:
+    env_file = tmp_path / "sidecar.env"
+    env_file.write_bytes(b"SIDECAR_DATA_DIR=/tmp/x\x00y\n")
+    assert "data_dir holds characters that are not text" in refused({}, env_file=env_file)
+
+
+def test_a_settings_file_that_is_not_a_regular_file_is_read(tmp_path: Path) -> None:
+    # /dev/null was "cannot read /dev/null: no such file"
+    settings = load_settings(GOOD, config_file=Path("/dev/null"))
+    assert settings.group_id == "g"
