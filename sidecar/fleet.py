@@ -2,9 +2,13 @@
 
 It reads the local journal from its own cursor (``meta.fleet_cursor``) and produces with
 an idempotent producer, keyed by group id, so a crash or a broker outage only delays
-events, never loses them. It runs on the loop, apart from the consumer thread: a slow or
-broken produce can never hold up the revoke barrier, and the local journal copy is
-written before anything is produced.
+events, never loses them: journal retention keeps every event this producer has not
+produced yet (``Journal.keep_for``). That hold is bounded as a webhook's is: an event not
+produced within the journal's retention age (``SIDECAR_JOURNAL_RETENTION_HOURS``: Kafka
+or the topic failed that long) is given up, counted (``fleet_events_total{outcome=
+"gave_up"}``) and logged, and retention then prunes it as usual. It runs on the loop,
+apart from the consumer thread: a slow or broken produce can never hold up the revoke
+barrier, and the local journal copy is written before anything is produced.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class FleetJournal:
         self._key = settings.group_id.encode()
         self._journal = journal
         self._metrics = metrics
+        # An event not produced within the retention age is given up (``_give_up_aged``).
+        self._max_age = settings.journal_retention_hours * 3600
+        journal.keep_for(CURSOR)  # retention keeps what is not produced yet
         shared = {k: v for k, v in settings.kafka.items() if k.startswith(_SHARED_PREFIXES)}
         self._producer = Producer(
             {
@@ -85,6 +92,7 @@ class FleetJournal:
         cursor = self._journal.mark(CURSOR)
         while True:
             self._wake.clear()
+            cursor = self._give_up_aged(cursor)
             batch = self._journal.events_after(cursor, 500)
             if not batch:
                 await self._wake.wait()
@@ -105,6 +113,26 @@ class FleetJournal:
                 continue
             cursor = batch[-1].sequence
             self._journal.set_mark(CURSOR, cursor)
+
+    def _give_up_aged(self, cursor: int) -> int:
+        """Give up the events not produced within the journal's retention age, and move the
+        cursor past them: the journal holds them for this producer no longer than it keeps
+        any event (a topic that stays broken must not pin it for ever), as a webhook gives
+        a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS``. Returns the cursor."""
+        last, count = self._journal.aged_out(cursor, time.time() - self._max_age)
+        if not count:
+            return cursor
+        self._journal.set_mark(CURSOR, last)
+        self._metrics.fleet_produced.labels("gave_up").inc(count)
+        log.error(
+            "fleet events given up",
+            topic=self._topic,
+            first_sequence=cursor + 1,
+            last_sequence=last,
+            events=count,
+            max_age_hours=self._max_age / 3600,
+        )
+        return last
 
     def _on_delivery(self, failures: list[str]) -> Any:
         def delivered(error: KafkaError | None, message: Message, /) -> None:

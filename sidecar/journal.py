@@ -121,6 +121,9 @@ class Journal:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / FILE_NAME
         self._next_sequence: int | None = None  # known once this connection appended
+        # Readers other than the subscriptions whose cursor (a ``meta`` mark) pruning
+        # keeps the events after: the fleet producer's, while a fleet topic is configured.
+        self._readers: set[str] = set()
         try:
             self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
         except sqlite3.Error as exc:
@@ -223,8 +226,16 @@ class Journal:
             count += len(batch)
             after = batch[-1].sequence
 
+    def keep_for(self, mark: str) -> None:
+        """Pruning on this connection keeps every event after the ``meta`` mark ``mark``
+        (0 while unset): a reader that is not a subscription, the fleet producer. Not
+        stored: a mark nobody registers any more (a fleet topic no longer configured)
+        holds nothing. The reader bounds its own hold, as a courier gives a delivery up."""
+        self._readers.add(mark)
+
     def prune(self, *, keep_events: int, max_age_seconds: float) -> int:
-        """Drop old events that every active subscription is past; returns how many."""
+        """Drop old events that every active subscription, and every reader registered
+        with ``keep_for``, is past; returns how many."""
         with self._transaction():
             # Keep the high-water mark: the events below may be all there are.
             self._db.execute(
@@ -234,6 +245,8 @@ class Journal:
                 "SELECT COALESCE(MIN(cursor), (SELECT value FROM meta WHERE key='sequence')) "
                 "FROM subscriptions WHERE disabled_reason IS NULL"
             ).fetchone()
+            for mark in sorted(self._readers):
+                floor = min(floor, self.mark(mark))
             newest = self.last_sequence()
             cut = self._db.execute(
                 "DELETE FROM events WHERE sequence <= ? AND (sequence <= ? OR created_at < ?)",
@@ -244,6 +257,21 @@ class Journal:
                 "FROM events)"
             )
         return int(cut)
+
+    def aged_out(self, after: int, journaled_before: float) -> tuple[int, int]:
+        """The newest event after ``after`` journaled before ``journaled_before`` (epoch
+        seconds), and how many events there are up to it: a reader that gives up what it
+        could not read within an age skips to there. ``(after, 0)`` when none is that old."""
+        (last,) = self._db.execute(
+            "SELECT MAX(sequence) FROM events WHERE sequence > ? AND created_at < ?",
+            (after, journaled_before),
+        ).fetchone()
+        if last is None:
+            return after, 0
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM events WHERE sequence > ? AND sequence <= ?", (after, last)
+        ).fetchone()
+        return int(last), int(count)
 
     def pending_events(self) -> int:
         """Events some active subscription has not yet acknowledged or given up."""

@@ -119,7 +119,7 @@ class GroupMember:
             handoff,
             metrics,
             sources,
-            self._serve_commits,
+            self._serve_in_barrier,
             self._fail,
             barrier_opening=self._interrupt_commits,
         )
@@ -328,17 +328,25 @@ class GroupMember:
     def _serve_commands(self) -> None:
         self._run_commands(self._handoff.take_commands(), between_polls=True)
 
-    def _serve_commits(self) -> None:
-        """Inside a revoke barrier: commits only (the app commits from its revoke handler).
+    def _serve_in_barrier(self) -> None:
+        """Inside a revoke barrier: commits (the app commits from its revoke handler), and
+        enforces (its handler may ask for a rebalance: it joins the one under way, as
+        Java's ``enforceRebalance()`` from ``onPartitionsRevoked``), else the handler and
+        its own barrier would wait for each other until the revoke timeout.
 
-        Anything else (enforce, leave) must not run inside a rebalance callback: it stays
-        queued for the next turn of the poll loop, and its caller's deadline can still
-        withdraw it (``MemberBusy``: never run).
+        Anything else must not run inside a rebalance callback: a leave closes the
+        consumer. It stays queued for the next turn of the poll loop, and its caller's
+        deadline can still withdraw it (``MemberBusy``: never run). So does an enforce
+        while the consumer closes (a drain's revoke): there is no rebalance to join.
         """
         self._run_commands(
-            self._handoff.take_commands(accept=lambda c: isinstance(c, Commit)),
-            between_polls=False,
+            self._handoff.take_commands(accept=self._runs_in_barrier), between_polls=False
         )
+
+    def _runs_in_barrier(self, command: Command[Any]) -> bool:
+        if isinstance(command, EnforceRebalance):
+            return not self._closing
+        return isinstance(command, Commit)
 
     def _run_commands(self, batch: list[PendingCommand], *, between_polls: bool) -> None:
         """Run ``batch``; a command that calls for a fail stop gets it once every command
@@ -390,6 +398,8 @@ class GroupMember:
         if isinstance(command, Commit):
             return self._commit_for_app(command, pending if between_polls else None)
         if isinstance(command, EnforceRebalance):
+            if not between_polls:
+                return self._enforce_in_barrier(command.reason)
             return self._enforce(command.reason)
         if isinstance(command, Leave):
             self._leaving.set()
@@ -506,6 +516,20 @@ class GroupMember:
         self._metrics.enforced.labels("started").inc()
         self._log.info("enforce-rebalance: rejoining the group", reason=reason)
         return EnforceResult(self._core.generation, started=True)
+
+    def _enforce_in_barrier(self, reason: str) -> EnforceResult:
+        """An enforce taken inside a revoke barrier (``_serve_in_barrier``): the group is
+        rebalancing already (a revoke, or a loss this member rejoins after), so it joins
+        that rebalance (KIP-568), as ``Membership.enforce`` does between polls while one is
+        under way. Nothing is asked of the consumer inside its own callback."""
+        if self._consumer is None or self._closing:
+            raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
+        self._metrics.enforced.labels("coalesced").inc()
+        self._log.info(
+            "enforce-rebalance joined the rebalance under way (asked inside its barrier)",
+            reason=reason,
+        )
+        return EnforceResult(self._core.generation, started=False)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -125,7 +125,8 @@ class Metrics:
         )
         self.fleet_produced = Counter(
             f"{PREFIX}fleet_events_total",
-            "Events produced to the fleet topic, by outcome (delivered, failed).",
+            "Events produced to the fleet topic, by outcome (delivered, failed: retried; gave_up: "
+            "older than the journal's retention age).",
             ["outcome"],
             registry=registry,
         )

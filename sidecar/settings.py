@@ -223,10 +223,15 @@ class Settings(BaseSettings):
         default=100_000,
         ge=100,
         le=1_000_000_000,
-        description="Keep at most this many delivered events.",
+        description="Keep at most this many delivered events (an event a webhook or the fleet "
+        "topic has not taken yet is kept whatever this says).",
     )
     journal_retention_hours: float = Field(
-        default=168.0, gt=0, le=87_600, description="Drop delivered events older than this."
+        default=168.0,
+        gt=0,
+        le=87_600,
+        description="Drop delivered events older than this; the fleet producer gives up an "
+        "event it could not produce for this long.",
     )
     drain_timeout_ms: int = Field(
         default=60_000,

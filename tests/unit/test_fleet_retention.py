@@ -1,0 +1,144 @@
+"""Journal retention and the fleet topic's producer (found in review).
+
+Pruning kept the events back to the lowest webhook cursor only, not back to the fleet
+producer's (``meta.fleet_cursor``): with no webhook, or all of them caught up, a Kafka
+outage longer than the retention (by count or age) dropped events that were never
+produced to ``SIDECAR_EVENTS_TOPIC``. Retention now keeps them; the producer gives up an
+event only once it is older than ``SIDECAR_JOURNAL_RETENTION_HOURS``, as a webhook gives
+a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS``.
+
+Real SQLite journal, the daemon's own wiring (``build_components``), and a real
+producer aimed at a port where no broker listens (Kafka is down for the whole test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from sidecar.components import Components, build_components
+from sidecar.fleet import CURSOR
+from sidecar.model import EventDraft, EventType, PartitionOffset
+from sidecar.settings import Settings
+
+
+def _draft(journaled_at: float | None = None) -> EventDraft:
+    return EventDraft(
+        type=EventType.ASSIGNED,
+        group_id="g",
+        member_id="m-1",
+        group_instance_id=None,
+        generation_id=1,
+        protocol="eager",
+        partitions=(PartitionOffset("t", 0, 7),),
+        assignment=(),
+        reason=None,
+        time=time.time() if journaled_at is None else journaled_at,
+    )
+
+
+def _run(
+    data_dir: Path,
+    scenario: Callable[[Components], Coroutine[Any, Any, None]],
+    **settings: Any,
+) -> None:
+    async def main() -> None:
+        parts = build_components(
+            Settings(
+                bootstrap_servers="127.0.0.1:9",  # nothing listens: Kafka is down
+                group_id="g",
+                topics=("t",),
+                data_dir=data_dir,
+                **settings,
+            )
+        )
+        try:
+            await scenario(parts)
+        finally:
+            await parts.dispatcher.close()
+            if parts.fleet is not None:
+                await parts.fleet.close(timeout=0.2)  # nothing can be flushed anyway
+            parts.journal.close()
+
+    asyncio.run(main())
+
+
+def test_retention_keeps_the_events_the_fleet_topic_has_not_received(tmp_path: Path) -> None:
+    """The repro: events 1..2 produced, then Kafka went away; no webhook holds the journal.
+    Neither the count nor the age of the retention may drop 3..10."""
+
+    async def scenario(parts: Components) -> None:
+        journal = parts.journal
+        for _ in range(10):
+            journal.append(_draft())
+        journal.set_mark(CURSOR, 2)
+        assert journal.prune(keep_events=3, max_age_seconds=3600) == 2
+        assert journal.prune(keep_events=0, max_age_seconds=0) == 0
+        unproduced = journal.events_after(journal.mark(CURSOR), 500)
+        assert [e.sequence for e in unproduced] == list(range(3, 11))
+        journal.set_mark(CURSOR, 10)  # Kafka is back and took them all
+        assert journal.prune(keep_events=0, max_age_seconds=0) == 8
+
+    _run(tmp_path, scenario, events_topic="fleet")
+
+
+def test_a_fleet_topic_not_yet_written_to_holds_every_event(tmp_path: Path) -> None:
+    """A topic configured for the first time (no cursor yet) starts from the first event:
+    retention may not drop any of them before they were produced."""
+
+    async def scenario(parts: Components) -> None:
+        for _ in range(5):
+            parts.journal.append(_draft())
+        assert parts.journal.prune(keep_events=0, max_age_seconds=0) == 0
+
+    _run(tmp_path, scenario, events_topic="fleet")
+
+
+def test_an_old_fleet_cursor_does_not_pin_a_journal_without_a_fleet_topic(
+    tmp_path: Path,
+) -> None:
+    """A topic that was configured once and is no longer: nothing will ever move its
+    cursor, so it holds nothing."""
+
+    async def scenario(parts: Components) -> None:
+        journal = parts.journal
+        for _ in range(10):
+            journal.append(_draft())
+        journal.set_mark(CURSOR, 2)
+        assert journal.prune(keep_events=3, max_age_seconds=3600) == 7
+
+    _run(tmp_path, scenario)
+
+
+def test_the_fleet_producer_gives_up_events_older_than_the_retention(tmp_path: Path) -> None:
+    """A topic that stays broken must not pin the journal for ever: an event not produced
+    within the retention age is given up (counted, logged), then pruned as usual; the
+    newer ones are still held for the producer."""
+    long_ago = time.time() - 2 * 3600
+
+    async def scenario(parts: Components) -> None:
+        journal, fleet = parts.journal, parts.fleet
+        assert fleet is not None
+        for _ in range(3):
+            journal.append(_draft(journaled_at=long_ago))
+        for _ in range(2):
+            journal.append(_draft())
+        with capture_logs() as logs:
+            fleet.start()
+            for _ in range(100):
+                if journal.mark(CURSOR) == 3:
+                    break
+                await asyncio.sleep(0.05)
+        assert journal.mark(CURSOR) == 3, "the events past the retention were not given up"
+        gave_up = parts.metrics.fleet_produced.labels("gave_up")._value.get()
+        assert gave_up == 3
+        assert any(line["event"] == "fleet events given up" for line in logs), logs
+        assert journal.prune(keep_events=0, max_age_seconds=3600) == 3
+        assert [e.sequence for e in journal.events_after(0, 10)] == [4, 5]
+
+    _run(tmp_path, scenario, events_topic="fleet", journal_retention_hours=1.0)
