@@ -124,6 +124,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except (InvalidSettings, CommandFailed) as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except _ReaderGone:
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
     parser.print_help()
@@ -167,7 +169,7 @@ def _bounded_int(low: int, high: int | None) -> Callable[[str], int]:
 
 _PORT = _bounded_int(0, 65535)  # 0: any free port (the demo picks one and prints it)
 _SEQUENCE = _bounded_int(0, 2**63 - 1)  # SQLite's INTEGER, the journal's sequences
-_COUNT = _bounded_int(0, None)
+_PEERS = _bounded_int(0, 64)  # each peer is a consumer with its threads
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -198,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--port", type=_PORT, default=8080, help="HTTP port (default 8080; 0: any free port)"
     )
-    demo.add_argument("--peers", type=_COUNT, default=2, help="simulated peers (default 2)")
+    demo.add_argument("--peers", type=_PEERS, default=2, help="simulated peers, 0-64 (default 2)")
     demo.add_argument(
         "--data-dir",
         type=Path,
@@ -356,6 +358,46 @@ def check_kafka_config(settings: Settings) -> None:
         raise InvalidSettings(
             f"invalid setting {_culprits(settings, message)}: librdkafka: {message}"
         ) from None
+    _check_subscription(settings, config)
+
+
+def _check_subscription(settings: Settings, config: dict[str, Any]) -> None:
+    """Let librdkafka judge the subscription too: its own regex engine (not Python's)
+    refuses some patterns, e.g. ``(?:...)`` groups, and ``subscribe`` checks the assignment
+    strategy. Refused, the member thread died at start while the process served on.
+
+    The probe subscribes without ever reaching a broker (a refused loopback address, a
+    group of its own), so it joins nothing.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    from sidecar.settings import InvalidSettings
+
+    probe = {**config, "bootstrap.servers": "127.0.0.1:9", "group.id": "rebalance-sidecar-probe"}
+
+    def refused(topics: list[str]) -> bool:
+        consumer = Consumer(probe)
+        try:
+            consumer.subscribe(topics)
+        except KafkaException:
+            return True
+        finally:
+            consumer.close()
+        return False
+
+    if not settings.topics or not refused(list(settings.topics)):
+        return
+    patterns = [t for t in settings.topics if t.startswith("^") and refused([t])]
+    if patterns:
+        raise InvalidSettings(
+            "invalid setting SIDECAR_TOPICS: librdkafka's regex engine refuses "
+            + ", ".join(repr(p) for p in patterns)
+            + " (no (?...) groups, lookarounds or backreferences)"
+        )
+    raise InvalidSettings(
+        "invalid setting SIDECAR_TOPICS, SIDECAR_ASSIGNMENT_STRATEGY: librdkafka refuses "
+        "the subscription"
+    )
 
 
 def _culprits(settings: Settings, message: str) -> str:
@@ -392,7 +434,8 @@ def _settings_table(files: list[Path]) -> int:
     from sidecar.settings_table import markdown_table, rewrite_table
 
     if not files:
-        print(markdown_table(), end="")
+        with _writing_stdout():
+            print(markdown_table(), end="")
     # Every file is read and checked before the first is written: one bad --write
     # leaves them all as they were.
     rewritten = []
@@ -422,6 +465,9 @@ def _export(args: argparse.Namespace) -> int:
 
     if not (args.data_dir / FILE_NAME).exists():
         raise CommandFailed(f"--data-dir: no journal in {args.data_dir}")
+    with contextlib.suppress(OSError):
+        if (args.data_dir / FILE_NAME).stat().st_size == 0:  # opening it would write one
+            raise CommandFailed(f"--data-dir: the journal in {args.data_dir} is empty (0 bytes)")
     try:
         journal = Journal(args.data_dir, durable=False)
     except JournalUnopenable as exc:
@@ -432,15 +478,11 @@ def _export(args: argparse.Namespace) -> int:
         if args.output is not None and _is_journal_file(args.output, journal.path):
             raise CommandFailed(f"--output {args.output}: is the journal's own file")
         if args.output is None:
-            count = journal.export_jsonl(sys.stdout, after=args.after)
-            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            with _writing_stdout():  # a closed pipe or a full disk shows here, not at exit
+                count = journal.export_jsonl(sys.stdout, after=args.after)
         else:
             with _replacing(args.output, "--output") as out:
                 count = journal.export_jsonl(out, after=args.after)
-    except BrokenPipeError:
-        # The reader stopped (``| head``): no traceback, and nothing more to write at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
     except sqlite3.Error as exc:  # found corrupt while reading it: no output replaced
         raise CommandFailed(f"--data-dir: cannot read the journal {journal.path}: {exc}") from None
     finally:
@@ -464,6 +506,27 @@ def _is_journal_file(path: Path, journal: Path) -> bool:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
+
+
+class _ReaderGone(Exception):
+    """stdout's reader stopped reading (``| head``): ``main`` exits quietly with SIGPIPE's code."""
+
+
+@contextlib.contextmanager
+def _writing_stdout() -> Iterator[None]:
+    """A block that writes to stdout, flushed at its end: a reader that went away ends the
+    command quietly (``_ReaderGone``), a stdout that cannot take it (a full disk) is one
+    line (``CommandFailed``). Either way stdout then points at /dev/null, so the flush at
+    exit has nothing left to fail on."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise _ReaderGone from None
+    except OSError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise CommandFailed(f"cannot write to stdout: {_reason(exc)}") from None
 
 
 @contextlib.contextmanager

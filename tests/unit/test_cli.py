@@ -342,7 +342,9 @@ def test_settings_write_changes_no_file_when_one_is_refused(tmp_path: Path) -> N
         (["--port", "99999"], "argument --port: must be between 0 and 65535"),
         (["--port", "-1"], "argument --port: must be between 0 and 65535"),
         (["--port", "http"], "argument --port: not a whole number"),
-        (["--peers", "-1"], "argument --peers: must be at least 0"),
+        (["--peers", "-1"], "argument --peers: must be between 0 and 64"),
+        # unbounded, it started peer consumers until threads ran out (tracebacks)
+        (["--peers", "99999999999999999999999"], "argument --peers: must be between 0 and 64"),
     ],
 )
 def test_demo_refuses_a_bad_argument_before_starting(args: list[str], said: str) -> None:

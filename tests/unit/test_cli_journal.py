@@ -210,3 +210,50 @@ def test_export_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
         stderr = export.stderr.read().decode()
         assert export.wait(timeout=30) == 128 + signal.SIGPIPE, stderr
     assert stderr == ""
+
+
+def _to_full_disk(*args: str) -> subprocess.CompletedProcess[str]:
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC
+        return subprocess.run(
+            [sys.executable, "-m", "sidecar", *args],
+            env=BASE_ENV,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+
+
+def test_export_or_settings_to_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """An OSError traceback (exit 1) before: only a closed pipe was handled."""
+    journal = journal_with(tmp_path / "data", 3000)
+    for args in (["journal", "export", "--data-dir", str(journal.parent)], ["settings"]):
+        done = _to_full_disk(*args)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == "rebalance-sidecar: cannot write to stdout: No space left on device\n"
+
+
+def test_settings_into_a_closed_pipe_is_quiet() -> None:
+    """``rebalance-sidecar settings | true``: a BrokenPipeError traceback before."""
+    settings = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "settings"],
+        env=BASE_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    with settings:
+        assert settings.stdout is not None and settings.stderr is not None
+        settings.stdout.close()  # before it writes: its first write finds no reader
+        stderr = settings.stderr.read().decode()
+        assert settings.wait(timeout=30) == 128 + signal.SIGPIPE, stderr
+    assert stderr == ""
+
+
+def test_export_leaves_an_empty_journal_file_as_it_was(tmp_path: Path) -> None:
+    """It said "exported 0 events" (exit 0) and wrote the journal's tables into the file."""
+    (tmp_path / FILE_NAME).touch()
+    line = refused(run({}, "journal", "export", "--data-dir", str(tmp_path)))
+    assert "is empty (0 bytes)" in line
+    assert (tmp_path / FILE_NAME).stat().st_size == 0

@@ -209,3 +209,22 @@ def test_a_settings_file_that_is_not_a_regular_file_is_read(tmp_path: Path) -> N
     # /dev/null was "cannot read /dev/null: no such file"
     settings = load_settings(GOOD, config_file=Path("/dev/null"))
     assert settings.group_id == "g"
+
+
+@pytest.mark.parametrize("pattern", ["^(?:orders)", "^(?=x)orders", "^(?P<n>orders)"])
+def test_a_pattern_librdkafka_refuses_exits_2_with_one_line(pattern: str) -> None:
+    """Python's ``re`` takes these, librdkafka's regex engine does not: the member thread
+    died at subscribe with a traceback while the process served on, out of the group."""
+    done = _run({**GOOD, "SIDECAR_TOPICS": f"orders,{pattern}"})
+    assert done.returncode == 2, done.stderr
+    assert f"librdkafka's regex engine refuses {pattern!r}" in done.stderr
+    assert "Traceback" not in done.stderr and "orders'" not in done.stderr.replace(pattern, "")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_posix_class_in_a_pattern_warns_nothing() -> None:
+    # Python warned "Possible nested set" on stderr; librdkafka takes the pattern.
+    # (a blank group id ends the start right after the settings are read)
+    done = _run({**GOOD, "SIDECAR_TOPICS": "^[[:alpha:]]+", "SIDECAR_GROUP_ID": " "})
+    assert done.returncode == 2
+    assert "FutureWarning" not in done.stderr and "nested set" not in done.stderr
