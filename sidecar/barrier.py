@@ -39,8 +39,11 @@ class RevokeBarrier:
             self.handed_back.append(sub_id)
         for po in offsets:
             key = (po.topic, po.partition)
-            # Two subscribers handing back the same partition: the furthest progress wins.
-            self.offsets[key] = max(self.offsets.get(key, -1), po.offset or 0)
+            # Two subscribers handing back the same partition: the one behind wins. Every
+            # subscriber has handled the records below the lower offset; committing the
+            # higher one would skip, for the slower subscriber, records it never handled.
+            offset = po.offset or 0
+            self.offsets[key] = min(self.offsets.get(key, offset), offset)
         if not self.waiting:
             self.done(self.outcome(timed_out=False))
         return True

@@ -1,0 +1,25 @@
+"""What a revoke barrier commits when several blocking subscribers hand offsets back."""
+
+from __future__ import annotations
+
+from sidecar.barrier import Barriers
+from sidecar.handoff import BarrierOutcome
+from sidecar.model import Event, EventType, PartitionOffset
+
+REVOKED = Event(1, "e1", EventType.REVOKED, b"{}")
+
+
+def test_two_subscribers_handing_back_one_partition_commit_the_lower_offset() -> None:
+    """Committing the higher offset (as before) skipped, for the slower subscriber, the
+    records between the two: it never handled them, and the next owner starts after them.
+    The lower offset is what every subscriber has handled: at least once for each."""
+    outcomes: list[BarrierOutcome] = []
+    barriers = Barriers()
+    barriers.open(REVOKED, ["fast", "slow"], outcomes.append)
+    assert barriers.settle(
+        "fast", REVOKED, True, (PartitionOffset("t", 0, 90), PartitionOffset("t", 1, 7))
+    )
+    assert barriers.settle("slow", REVOKED, True, (PartitionOffset("t", 0, 40),))
+    (outcome,) = outcomes
+    assert outcome.offsets == (PartitionOffset("t", 0, 40), PartitionOffset("t", 1, 7))
+    assert outcome.handed_back == ("fast", "slow") and not outcome.timed_out
