@@ -10,6 +10,7 @@ The tree (the HTTP status each maps to on the right)::
     │   ├── Forbidden             credential-less caller not allowed (cross-site,    403
     │   │                         non-loopback drain)
     │   ├── NotFound              no such webhook                                    404
+    │   ├── ResumeAhead           a Last-Event-ID past the journal's newest event    409
     │   └── InvalidSubscription   a webhook registration that cannot be accepted     422
     ├── MemberRefused             the group member's state forbids it             (409)
     │   ├── NotInGroup            not (or no longer) in the group                    409
@@ -76,6 +77,12 @@ class Forbidden(RequestRefused):
 
 class NotFound(RequestRefused):
     pass
+
+
+class ResumeAhead(RequestRefused):
+    """An SSE resume (``Last-Event-ID``) past the newest event: the journal the client
+    read from was replaced (numbering restarted); waiting for that number would be a
+    silent stall."""
 
 
 class InvalidSubscription(RequestRefused, ValueError):
@@ -162,6 +169,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
     (NotFound, 404),
+    (ResumeAhead, 409),
     (InvalidSubscription, 422),
     (RequestRefused, 400),  # a caller's mistake without a more precise status
     (MemberRefused, 409),

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from sidecar.errors import BadRequest
+from sidecar.errors import BadRequest, ResumeAhead
 from sidecar.model import Event
 from sidecar.web.assignment import MAX_SEQUENCE
 from sidecar.web.runtime import Runtime, RuntimeDep, errors
@@ -48,7 +48,7 @@ def parse_last_event_id(value: str) -> int:
             "content": {"text/event-stream": {}, "application/json": {}},
             "description": "SSE stream, or JSON history with Accept: application/json",
         },
-        **errors(400, 503),
+        **errors(400, 409, 503),
     },
 )
 async def events(
@@ -59,10 +59,20 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Events as SSE (`id` = sequence; resumes from `Last-Event-ID`), or the journal's
-    history as JSON with `Accept: application/json` (`?after=&limit=`)."""
+    history as JSON with `Accept: application/json` (`?after=&limit=`).
+
+    A `Last-Event-ID` past the newest event is `409`: the journal was replaced and its
+    numbering restarted (reconnect without it). One older than what retention kept resumes
+    at the oldest event kept: the gap shows in the `id`s."""
     start = after
     if last_event_id is not None:
         start = parse_last_event_id(last_event_id)
+        newest = runtime.journal.last_sequence()
+        if start > newest:
+            raise ResumeAhead(
+                f"Last-Event-ID {start} is past the newest event ({newest}): this journal "
+                "was replaced since (its numbering restarted); reconnect without Last-Event-ID"
+            )
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         history = runtime.journal.events_after(start or 0, limit)

@@ -432,6 +432,30 @@ def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: 
     run(tmp_path, scenario)
 
 
+def test_a_resume_past_the_newest_event_is_409_not_a_silent_stall(tmp_path: Path) -> None:
+    """A client that read a journal since replaced (an emptied data dir: numbering
+    restarted) resumed with a ``Last-Event-ID`` past every event: the stream skipped each
+    new event as already seen, for ever, without a word."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        newest = runtime.journal.last_sequence()
+        ahead = await client.get(
+            "/events", headers={"Last-Event-ID": str(newest + 5), "Accept": "text/event-stream"}
+        )
+        assert ahead.status_code == 409, ahead.text
+        assert (
+            f"Last-Event-ID {newest + 5} is past the newest event ({newest})"
+            in (ahead.json()["error"])
+        )
+        history = await client.get(
+            "/events",
+            headers={"Last-Event-ID": str(newest + 5), "Accept": "application/json"},
+        )
+        assert history.status_code == 409
+
+    run(tmp_path, scenario)
+
+
 def test_without_a_token_a_rebound_dns_name_is_refused(tmp_path: Path) -> None:
     """DNS rebinding: a page on ``evil.example:PORT`` rebound to 127.0.0.1 is same-origin to
     itself and may send JSON, but its requests carry its own name as ``Host``."""
