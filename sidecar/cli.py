@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
+from sidecar.argtypes import bounded_int
+
 if TYPE_CHECKING:
     from sidecar.settings import Settings
 
@@ -151,25 +153,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"rebalance-sidecar: {where}{message} (see {self.prog} --help)\n")
 
 
-def _bounded_int(low: int, high: int | None) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number in ``low..high`` (``high`` None: no bound)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, not {text}")
-        return value
-
-    return parse
-
-
-_PORT = _bounded_int(0, 65535)  # 0: any free port (the demo picks one and prints it)
-_SEQUENCE = _bounded_int(0, 2**63 - 1)  # SQLite's INTEGER, the journal's sequences
-_PEERS = _bounded_int(0, 64)  # each peer is a consumer with its threads
+_PORT = bounded_int(0, 65535)  # 0: any free port (the demo picks one and prints it)
+_SEQUENCE = bounded_int(0, 2**63 - 1)  # SQLite's INTEGER, the journal's sequences
+_PEERS = bounded_int(0, 64)  # each peer is a consumer with its threads
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -7,6 +7,10 @@
 
 In-process use (tests, notebooks): :func:`run_batch` with a session, or
 ``build_tables(spark, events)`` from :mod:`sidecar.analytics.tables`.
+
+What the options accept, and the checks that refuse bad input (exit code 2, one line)
+before any Spark session starts: :mod:`sidecar.analytics.arguments`. A failure once the
+job runs is one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -18,18 +22,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.errors import PySparkException
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import SparkSession
 
 from . import session as sessions
+from .arguments import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    PARTITIONS,
+    TIMEOUT_SECONDS,
+    TRIGGER_SECONDS,
+    JobError,
+    Parser,
+    UsageError,
+    check_convert,
+    check_job,
+    dir_path,
+    driver_memory,
+    kafka_jars,
+    one_line,
+    path_text,
+)
 from .events import is_kafka_url, read_normalized, write_parquet_events
 from .output import REPORT_NAME, refresh, step
 from .streaming import StreamOptions, run_stream
 from .tables import TABLE_NAMES
 
-
-class JobError(Exception):
-    """A problem with the job's inputs or set-up, reported without a traceback."""
+__all__ = ["JobError", "UsageError", "main", "run_batch"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +77,7 @@ def run_batch(
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="rebalance-sidecar analytics",
         description=(
             "Build fleet rebalance tables (Parquet: rebalances, ownership, downtime, "
@@ -64,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "`rebalance-sidecar analytics convert --input X.jsonl --output X.parquet` "
-            "turns a JSONL archive into Parquet, the fast input (see convert --help)."
+            "turns a JSONL archive into Parquet, the fast input (see convert --help). " + EXIT_CODES
         ),
     )
     p.add_argument(
@@ -73,10 +94,11 @@ def parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         required=True,
+        type=path_text,
         metavar="PATH_OR_URL",
         help="JSONL/Parquet files or directories, or kafka://host:port/topic",
     )
-    p.add_argument("--output", "-o", required=True, type=Path, help="output directory")
+    p.add_argument("--output", "-o", required=True, type=dir_path, help="output directory")
     p.add_argument(
         "--master",
         default="local[*]",
@@ -89,13 +111,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trigger-seconds",
-        type=float,
+        type=TRIGGER_SECONDS,
         default=30.0,
         help="streaming: seconds between micro-batches (default %(default)s)",
     )
     p.add_argument(
         "--timeout-seconds",
-        type=float,
+        type=TIMEOUT_SECONDS,
         default=None,
         help="streaming: stop after this long (default: run until interrupted)",
     )
@@ -107,13 +129,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checkpoint",
-        type=Path,
+        type=dir_path,
         default=None,
         help="streaming: checkpoint directory (default OUTPUT/_checkpoint)",
     )
     p.add_argument(
         "--kafka-jars",
-        type=Path,
+        type=dir_path,
         default=None,
         help="directory with the spark-sql-kafka jars (default: the cache "
         "scripts/spark-jars.sh fills, .cache/spark-jars/<pyspark version>)",
@@ -125,12 +147,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--driver-memory",
+        type=driver_memory,
         default="2g",
-        help="driver JVM memory for a local run (default %(default)s)",
+        help="driver JVM memory for a local run, at least 512m (default %(default)s)",
     )
     p.add_argument(
         "--shuffle-partitions",
-        type=int,
+        type=PARTITIONS,
         default=None,
         help="spark.sql.shuffle.partitions (default 16 locally)",
     )
@@ -150,14 +173,9 @@ def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
     if needs_kafka and args.packages:
         packages = [sessions.kafka_package()]
     elif needs_kafka:
-        jars = sessions.jar_paths(sessions.kafka_jars_dir(args.kafka_jars))
-        if not jars:
-            raise JobError(
-                "no spark-sql-kafka jars found; run scripts/spark-jars.sh, "
-                "or pass --kafka-jars DIR or --packages"
-            )
+        jars = kafka_jars(args.kafka_jars)
     conf = {}
-    if args.shuffle_partitions:
+    if args.shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
     return sessions.build_session(
         master=args.master,
@@ -169,13 +187,14 @@ def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
 
 
 def convert_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="rebalance-sidecar analytics convert",
         description=(
             "Convert JSONL event archives to Parquet (the raw CloudEvent form with a "
             "`data` struct and `time` as a timestamp), the fast input of the job. "
             "Records that the job would drop are dropped here too."
         ),
+        epilog=EXIT_CODES,
     )
     p.add_argument(
         "--input",
@@ -183,21 +202,29 @@ def convert_parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         required=True,
+        type=path_text,
         metavar="PATH",
         help="JSONL (or Parquet) files or directories",
     )
-    p.add_argument("--output", "-o", required=True, type=Path, help="Parquet directory to write")
+    p.add_argument(
+        "--output", "-o", required=True, type=dir_path, help="Parquet directory to write"
+    )
     p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
-    p.add_argument("--driver-memory", default="2g", help="driver memory (default %(default)s)")
+    p.add_argument(
+        "--driver-memory",
+        type=driver_memory,
+        default="2g",
+        help="driver memory, at least 512m (default %(default)s)",
+    )
     return p
 
 
 def convert_main(argv: Sequence[str], *, managed_session: bool = False) -> int:
     args = convert_parser().parse_args(argv)
     if any(is_kafka_url(i) for i in args.input):
-        print("error: convert reads files only", file=sys.stderr)
-        return 2
+        return _refuse("convert reads files only")
     try:
+        check_convert(args, managed_session)
         spark = (
             sessions.apply_planner_conf(
                 SparkSession.builder.appName("rebalance-analytics-convert").getOrCreate()
@@ -209,10 +236,8 @@ def convert_main(argv: Sequence[str], *, managed_session: bool = False) -> int:
         started = time.monotonic()
         with step(spark, "convert"):
             write_parquet_events(spark, args.input, args.output)
-    except (ValueError, PySparkException) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        print(f"error: {first_line}", file=sys.stderr)
-        return 1
+    except (JobError, ValueError, PySparkException, Py4JError) as error:
+        return _failed(error)
     print(f"wrote {args.output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
     return 0
 
@@ -224,14 +249,39 @@ def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) ->
         return convert_main(arguments[1:], managed_session=managed_session)
     args = parser().parse_args(arguments)
     if args.stream and not all(is_kafka_url(i) for i in args.input):
-        print("error: --stream reads Kafka only (kafka://host:port/topic)", file=sys.stderr)
-        return 2
+        return _refuse("--stream reads Kafka only (kafka://host:port/topic)")
     try:
+        check_job(args, managed_session)
         return _run(args, managed_session)
-    except (JobError, ValueError, PySparkException) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        print(f"error: {first_line}", file=sys.stderr)
-        return 1
+    except (JobError, ValueError, PySparkException, Py4JError) as error:
+        return _failed(error)
+
+
+def _refuse(message: str) -> int:
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _failed(error: Exception) -> int:
+    """One line for an error: exit 2 for bad input (also a path Spark found missing, as
+    under spark-submit, where the paths are the cluster's to check), else 1."""
+    if isinstance(error, UsageError):
+        return _refuse(str(error))
+    text = _java_error(error) if isinstance(error, Py4JJavaError) else str(error).strip()
+    first_line = text.splitlines()[0] if text else repr(error)
+    print(f"error: {first_line}", file=sys.stderr)
+    path_not_found = isinstance(error, AnalysisException) and (
+        error.getCondition() == "PATH_NOT_FOUND"
+    )
+    return EXIT_USAGE if path_not_found else EXIT_FAILED
+
+
+def _java_error(error: Py4JJavaError) -> str:
+    """The Java exception's own message (py4j's first line only names the call)."""
+    try:
+        return str(error.java_exception.toString()).strip()
+    except Py4JError:
+        return str(error).strip()
 
 
 def _run(args: argparse.Namespace, managed_session: bool) -> int:

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from sidecar.analytics import build_tables, read_events
 from sidecar.analytics.events import EVENT_SCHEMA
 from sidecar.analytics.generator import FleetSpec, cloud_event, write_events, write_fleet_file
-from sidecar.analytics.job import main
+from sidecar.analytics.job import main, parser
 from sidecar.analytics.tables import TABLE_NAMES
 
 from .conftest import canonical, written_rows
@@ -56,13 +56,180 @@ def test_stream_needs_a_kafka_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "kafka://" in capsys.readouterr().err
 
 
-@pytest.mark.spark
 def test_missing_input_is_an_error_not_a_traceback(
+    no_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input, so exit 2 and one line naming the path, before any session starts."""
+    missing = tmp_path / "nowhere.jsonl"
+    code = main(["--input", str(missing), "--output", str(tmp_path / "o")])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: --input {missing}: No such file or directory\n"
+
+
+@pytest.fixture
+def no_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting a Spark session (a local one, or spark-submit's) fails the test."""
+    from sidecar.analytics import session
+
+    def refuse(*args: object, **kwargs: object) -> SparkSession:
+        raise AssertionError("a Spark session was started for arguments known to be bad")
+
+    monkeypatch.setattr(session, "build_session", refuse)
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse)
+
+
+def bad_arguments(tmp: Path) -> list[tuple[list[str], str]]:
+    """(arguments, the start of the message after ``error: ``) for arguments that are
+    known to be bad before anything starts."""
+    events = write_events(tmp / "events.jsonl", [])
+    a_file, out = str(events), str(tmp / "out")
+    files = ["--input", a_file, "--output", out]
+    kafka = ["--input", "kafka://127.0.0.1:1/t", "--output", out]
+    missing = str(tmp / "nowhere.jsonl")
+    return [
+        ([*kafka, "--stream", "--trigger-seconds", "-1"], "argument --trigger-seconds: must be"),
+        ([*kafka, "--stream", "--trigger-seconds", "nan"], "argument --trigger-seconds: must be"),
+        ([*kafka, "--stream", "--trigger-seconds", "0"], "argument --trigger-seconds: must be"),
+        ([*kafka, "--stream", "--timeout-seconds", "inf"], "argument --timeout-seconds: must"),
+        ([*kafka, "--stream", "--timeout-seconds", "-5"], "argument --timeout-seconds: must"),
+        ([*files, "--shuffle-partitions", "-3"], "argument --shuffle-partitions: must be"),
+        ([*files, "--shuffle-partitions", "0"], "argument --shuffle-partitions: must be"),
+        ([*files, "--shuffle-partitions", "x"], "argument --shuffle-partitions: not a whole"),
+        ([*files, "--driver-memory", "lots"], "argument --driver-memory: not a memory size"),
+        ([*files, "--driver-memory", "2gb"], "argument --driver-memory: not a memory size"),
+        ([*files, "--driver-memory", "1024"], "argument --driver-memory: not a memory size"),
+        ([*files, "--driver-memory", "100m"], "argument --driver-memory: must be at least"),
+        ([*files, "--driver-memory", "1000000t"], "--driver-memory 1000000t: more than"),
+        ([*files, "--master", "local[0]"], "--master local[0]: expected local"),
+        ([*files, "--starting-offsets", "soon"], "argument --starting-offsets: invalid choice"),
+        ([*files, "--bogus"], "unrecognized arguments: --bogus"),
+        (["--input", a_file], "the following arguments are required: --output"),
+        (["--input", "", "--output", out], "argument --input/-i: empty path"),
+        (["--input", a_file, "--output", ""], "argument --output/-o: empty path"),
+        (["--input", missing, "--output", out], f"--input {missing}: No such file"),
+        (["--input", f"{tmp}/no-*.jsonl", "--output", out], f"--input {tmp}/no-*.jsonl: no file"),
+        (["--input", a_file, "--output", a_file], f"--output {a_file}: is not a directory"),
+        (["--input", a_file, "--output", f"{a_file}/out"], f"--output {a_file}/out: "),
+        ([*kafka, "--stream", "--checkpoint", a_file], f"--checkpoint {a_file}: is not a dir"),
+        (["--input", "kafka://h/t", "--output", out], "--input kafka://h/t: 'h' is not host"),
+        (["--input", "kafka://h:1/", "--output", out], "--input: expected kafka://host:port"),
+        ([*kafka, "--kafka-jars", str(tmp / "jars")], f"--kafka-jars {tmp / 'jars'}: not a"),
+        ([*kafka, "--kafka-jars", str(tmp)], f"--kafka-jars {tmp}: no jars in it"),
+        (["convert", "--input", missing, "--output", out], f"--input {missing}: No such"),
+        (["convert", "--input", a_file, "--output", str(tmp)], f"--output {tmp}: overlaps"),
+        (["convert", "-i", str(tmp), "-o", f"{tmp}/p.parquet"], f"--output {tmp}/p.parquet: over"),
+        (["convert", "--input", a_file, "--output", a_file], f"--output {a_file}: is not a"),
+        (["convert", "--input", a_file, "-o", out, "--driver-memory", "x"], "argument --driver"),
+        (["convert", "--input", a_file, "--output", out, "--no"], "unrecognized arguments"),
+    ]
+
+
+def test_bad_arguments_are_one_line_and_exit_2_before_spark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None
+) -> None:
+    for arguments, message in bad_arguments(tmp_path):
+        code: int | str | None
+        try:
+            code = main(arguments)
+        except SystemExit as exit_info:  # argparse's refusals
+            code = exit_info.code
+        err = capsys.readouterr().err
+        assert code == 2, (arguments, err)
+        assert err.startswith(f"error: {message}"), (arguments, err)
+        assert err.count("\n") == 1 and err.endswith("\n"), (arguments, err)
+
+
+@pytest.mark.parametrize("entry", [["-m", "sidecar", "analytics"], ["-m", "sidecar.analytics"]])
+def test_the_commands_refuse_bad_arguments_in_one_line_without_starting_spark(
+    tmp_path: Path, entry: list[str]
+) -> None:
+    """As run, the cases reported: one line on stderr (a JVM would add its own lines, and
+    Spark's errors are other ones), exit code 2."""
+    out, missing = str(tmp_path / "out"), str(tmp_path / "nowhere.jsonl")
+    a_file = str(write_events(tmp_path / "events.jsonl", []))
+    reported = [
+        (
+            ["--stream", "--input", "kafka://127.0.0.1:1/t", "-o", out, "--trigger-seconds", "-1"],
+            "argument --trigger-seconds: must be between 0.001 and 86400, not -1 (see ",
+        ),
+        (
+            ["--input", a_file, "--output", out, "--shuffle-partitions", "-3"],
+            "argument --shuffle-partitions: must be between 1 and 2147483647, not -3 (see ",
+        ),
+        (
+            ["--input", a_file, "--output", out, "--driver-memory", "lots"],
+            "argument --driver-memory: not a memory size such as 2g or 512m",
+        ),
+        (["--input", a_file, "--output", out, "--bogus"], "unrecognized arguments: --bogus"),
+        (["--input", missing, "--output", out], f"--input {missing}: No such file or directory"),
+        (["convert", "-i", missing, "-o", out], f"--input {missing}: No such file or directory"),
+    ]
+    for arguments, message in reported:
+        done = subprocess.run(
+            [sys.executable, *entry, *arguments],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (arguments, done.stderr)
+        assert done.stderr.startswith(f"error: {message}"), (arguments, done.stderr)
+        assert done.stderr.count("\n") == 1, (arguments, done.stderr)
+
+
+def test_good_values_pass_the_checks(tmp_path: Path) -> None:
+    from sidecar.analytics.arguments import check_job
+
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    out, checkpoint = str(tmp_path / "new" / "out"), str(tmp_path / "checkpoint")
+    args = parser().parse_args(
+        [
+            *("--input", events, f"{tmp_path}/*.jsonl", f"file://{events}", "--output", out),
+            *("--trigger-seconds", "0.5", "--timeout-seconds", "1e3", "--driver-memory", "512M"),
+            *("--shuffle-partitions", "1", "--master", "local[2, 3]", "--checkpoint", checkpoint),
+        ]
+    )
+    check_job(args, managed=False)
+    assert (args.trigger_seconds, args.timeout_seconds) == (0.5, 1000.0)
+    assert (args.driver_memory, args.shuffle_partitions) == ("512M", 1)
+    for master in ("local", "local[*]", "local[4]", "local-cluster[2,1,1024]", "yarn"):
+        check_job(parser().parse_args(["-i", events, "-o", out, "--master", master]), False)
+
+
+def test_under_spark_submit_only_the_options_are_checked_before_the_session(
+    no_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under spark-submit the paths are the cluster's (hdfs:, s3a:, or a path on its
+    default file system): not judged on this machine."""
+    from sidecar.analytics.arguments import check_job
+
+    args = parser().parse_args(["-i", "nowhere.jsonl", "-o", "hdfs:///out", "--master", "x"])
+    check_job(args, managed=True)
+    with pytest.raises(SystemExit):
+        main(["-i", "nowhere.jsonl", "-o", "o", "--shuffle-partitions", "0"], managed_session=True)
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.spark
+def test_a_path_spark_finds_missing_is_bad_input_too(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["--input", str(tmp_path / "nowhere.jsonl"), "--output", str(tmp_path / "o")])
-    assert code == 1
-    assert capsys.readouterr().err.startswith("error: ")
+    """Under spark-submit Spark itself says a path does not exist: still exit 2."""
+    missing = tmp_path / "nowhere.jsonl"
+    code = main(["--input", str(missing), "--output", str(tmp_path / "o")], managed_session=True)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: [PATH_NOT_FOUND]") and err.count("\n") == 1, err
+
+
+def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ([], ["convert"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*command, "--help"])
+        assert exit_info.value.code == 0
+        assert "Exit codes: 0 done; 1 the job failed once started; 2 bad" in " ".join(
+            capsys.readouterr().out.split()
+        )
 
 
 @pytest.fixture(scope="module")

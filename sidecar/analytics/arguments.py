@@ -1,0 +1,262 @@
+"""What ``rebalance-sidecar analytics`` (and ``analytics convert``) accept: option types
+and the checks that run before any Spark session starts.
+
+Bad input (an option's value, an input path that does not exist, an output that cannot
+be a directory) ends the command with one line on stderr and exit code 2, before any
+Spark session starts; a failure once the job runs is one line and exit code 1. Paths are
+checked on this machine only for a session the job starts itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import stat
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from sidecar.argtypes import bounded_float, bounded_int
+
+from . import session as sessions
+from .events import KafkaInput, is_kafka_url
+
+#: The job failed once started (Spark's first line of the error).
+EXIT_FAILED = 1
+#: Bad arguments or inputs, refused before anything started.
+EXIT_USAGE = 2
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the job failed once started; 2 bad arguments or inputs "
+    "(an option's value, a missing input path, an output that cannot be a directory), "
+    "refused before Spark starts. Errors are one line on stderr."
+)
+
+
+class JobError(Exception):
+    """A problem with the job's inputs or set-up, reported without a traceback."""
+
+
+class UsageError(JobError):
+    """Arguments or inputs the job cannot use: one line, exit code 2, nothing started."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other refusal of the command
+    (the usage itself is one ``--help`` away), with argparse's exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.splitlines())
+
+
+# Spark's trigger resolution is a millisecond; a micro-batch more than a day apart is a
+# batch job. A stream stopped after more than a year: leave the timeout out.
+TRIGGER_SECONDS = bounded_float(0.001, 86_400)
+TIMEOUT_SECONDS = bounded_float(0.001, 365 * 86_400)
+# spark.sql.shuffle.partitions is a Java int.
+PARTITIONS = bounded_int(1, 2**31 - 1)
+
+# The JVM's -Xmx form, which the driver's memory becomes: a plain number is bytes there.
+_MEMORY = re.compile(r"([0-9]+)([kmgt])", re.IGNORECASE)
+_MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# Spark refuses a heap under 450 MiB; 512m is the smallest round size the JVM gives that.
+MIN_DRIVER_MEMORY = "512m"
+
+
+def _memory_bytes(text: str) -> int | None:
+    match = _MEMORY.fullmatch(text)
+    return None if match is None else int(match[1]) * _MEMORY_UNITS[match[2].lower()]
+
+
+def driver_memory(text: str) -> str:
+    """An argparse ``type``: a JVM heap size (``2g``, ``512m``) of at least 512m."""
+    size = _memory_bytes(text.strip())
+    if size is None:
+        raise argparse.ArgumentTypeError(
+            f"not a memory size such as 2g or 512m (k, m, g or t): {text!r}"
+        )
+    if size < (_memory_bytes(MIN_DRIVER_MEMORY) or 0):
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_DRIVER_MEMORY}, not {text}")
+    return text.strip()
+
+
+def path_text(text: str) -> str:
+    """An argparse ``type`` for paths: anything but the empty string (``Path("")`` is the
+    current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
+def dir_path(text: str) -> Path:
+    return Path(path_text(text))
+
+
+# The checks below run before any session starts. Paths are checked on this machine only
+# for a session the job starts itself: under spark-submit a path without a scheme is on
+# the cluster's default file system, and Spark's own PATH_NOT_FOUND is exit 2 there.
+
+
+def check_job(args: argparse.Namespace, managed: bool) -> None:
+    for text in args.input:
+        if is_kafka_url(text):
+            _check_kafka_url(text)
+        elif not managed:
+            _check_input(text)
+    if managed:
+        return
+    _check_output("--output", args.output)
+    if args.stream and args.checkpoint is not None:
+        _check_output("--checkpoint", args.checkpoint)
+    if args.kafka_jars is not None and not args.kafka_jars.is_dir():
+        raise UsageError(f"--kafka-jars {args.kafka_jars}: not a directory")
+    if any(is_kafka_url(i) for i in args.input) and not args.packages:
+        kafka_jars(args.kafka_jars)
+    _check_master(args.master)
+    _check_driver_memory(args.driver_memory)
+
+
+def check_convert(args: argparse.Namespace, managed: bool) -> None:
+    if managed:
+        return
+    for text in args.input:
+        _check_input(text)
+    _check_output("--output", args.output)
+    # The output directory is replaced: an input inside it would be deleted before it is
+    # read, and an output inside an input directory is read back as input next time.
+    local = _local_path(str(args.output))
+    output = None if local is None else local.resolve()
+    for text in args.input:
+        for read in _local_matches(text):
+            if output is not None and (
+                output == read or output in read.parents or read in output.parents
+            ):
+                raise UsageError(
+                    f"--output {args.output}: overlaps --input {text} "
+                    "(convert replaces the whole output directory)"
+                )
+    _check_master(args.master)
+    _check_driver_memory(args.driver_memory)
+
+
+def _local_path(text: str) -> Path | None:
+    """The local file ``text`` names, or None for another file system's URI (Hadoop's
+    rule: a colon before the first slash starts a scheme; ``file:`` is local)."""
+    colon, slash = text.find(":"), text.find("/")
+    if colon == -1 or (slash != -1 and slash < colon):
+        return Path(text)
+    if text[:colon].lower() == "file":
+        return Path(urlsplit(text).path)
+    return None
+
+
+# Hadoop's glob characters; Python's glob knows all but the {a,b} alternatives.
+_GLOB = re.compile(r"[*?\[{]")
+
+
+def _local_matches(text: str) -> list[Path]:
+    path = _local_path(text)
+    if path is None:
+        return []
+    if _GLOB.search(str(path)):
+        return [Path(match).resolve() for match in glob.glob(str(path))]
+    return [path.resolve()]
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def _check_input(text: str) -> None:
+    path = _local_path(text)
+    if path is None:
+        return
+    if _GLOB.search(str(path)):
+        if "{" not in str(path) and not glob.glob(str(path)):
+            raise UsageError(f"--input {text}: no file matches")
+        return
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise UsageError(f"--input {text}: {_reason(error)}") from None
+    wanted = os.R_OK | os.X_OK if stat.S_ISDIR(mode) else os.R_OK
+    if not os.access(path, wanted):
+        raise UsageError(f"--input {text}: permission denied")
+
+
+def _check_output(option: str, given: Path) -> None:
+    """``given`` is, or can be made, a directory this process may write in."""
+    path = _local_path(str(given))
+    if path is None:
+        return
+    path = path.absolute()
+    for existing in (path, *path.parents):
+        try:
+            mode = existing.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as error:
+            raise UsageError(f"{option} {given}: {_reason(error)}") from None
+        if not stat.S_ISDIR(mode):
+            where = "" if existing == path else f"{existing} "
+            raise UsageError(f"{option} {given}: {where}is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(f"{option} {given}: permission denied")
+        return
+
+
+def _check_kafka_url(text: str) -> None:
+    try:
+        source = KafkaInput.parse(text)
+    except ValueError as error:
+        raise UsageError(f"--input: {error}") from None
+    for server in source.bootstrap_servers.split(","):
+        host, _, port = server.rpartition(":")
+        if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
+            raise UsageError(f"--input {text}: {server!r} is not host:port")
+
+
+def kafka_jars(explicit: Path | None) -> list[str]:
+    jars = sessions.jar_paths(sessions.kafka_jars_dir(explicit))
+    if jars:
+        return jars
+    if explicit is not None:
+        raise UsageError(f"--kafka-jars {explicit}: no jars in it")
+    raise UsageError(
+        "no spark-sql-kafka jars found; run scripts/spark-jars.sh, "
+        "or pass --kafka-jars DIR or --packages"
+    )
+
+
+# Spark's local masters (local-cluster[...] and the cluster URLs are Spark's to judge).
+_LOCAL_MASTER = re.compile(r"local(\[([1-9][0-9]{0,5}|\*)(\s*,\s*[0-9]{1,5})?\])?")
+
+
+def _check_master(master: str) -> None:
+    local = master.startswith("local") and not master.startswith("local-cluster")
+    if local and not _LOCAL_MASTER.fullmatch(master):
+        raise UsageError(
+            f"--master {master}: expected local, local[N], local[*] or local[N,F] "
+            "(N threads, at least 1; F task failures)"
+        )
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_driver_memory(memory: str) -> None:
+    """A local driver's heap must fit the machine (the JVM would not even start)."""
+    size, total = _memory_bytes(memory), _physical_memory()
+    if size is not None and total is not None and size > total:
+        raise UsageError(
+            f"--driver-memory {memory}: more than this machine's memory ({total >> 20}m)"
+        )
