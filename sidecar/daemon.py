@@ -161,7 +161,6 @@ class Sidecar:
         started_here = self._lifecycle is Lifecycle.RUNNING
         if started_here:
             self._lifecycle = Lifecycle.DRAINED  # not ready from now on: the pod is going
-            self._drained_at = time.monotonic()
         try:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
@@ -169,10 +168,14 @@ class Sidecar:
         except MemberBusy:  # withdrawn, never run: still in the group, so still ready
             if started_here and self._lifecycle is Lifecycle.DRAINED:
                 self._lifecycle = Lifecycle.RUNNING
-                self._drained_at = None
             return None
         except TimeoutError:  # taken, still leaving: the caller answers 504
             return None
+        finally:
+            if self._lifecycle is Lifecycle.DRAINED:
+                # drained_restart_after_ms counts from the end of the latest drain call
+                # (never while one runs, whatever its ?deadline=).
+                self._drained_at = time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
 

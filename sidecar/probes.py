@@ -8,7 +8,8 @@ What each probe means, and why (docs/probes.md says the same for operators):
   librdkafka's own timeouts allow. A Kafka outage never fails it: restarting the
   container cannot bring the broker back, it only makes the group rebalance once more.
   After a drain the member is out of the group on purpose and liveness holds, unless
-  ``drained_restart_after_ms`` passes without a stop signal: then nothing is going to
+  ``drained_restart_after_ms`` passes after the drain ended without a stop signal: then
+  nothing is going to
   stop this process (in Kubernetes the app container's ``preStop`` drains the sidecar also
   when only the app container restarts), and a restart is the way back into the group.
 * **startup** (``/startupz``): the journal is open and the API serves. Never depends on
@@ -129,7 +130,8 @@ class Probes:
         return Probe(False, "group member thread died")
 
     def _drained_too_long(self) -> Probe | None:
-        """A failing probe once a drain outlived ``drained_restart_after_ms`` unstopped."""
+        """A failing probe once ``drained_restart_after_ms`` passed since the latest drain
+        ended without a stop signal."""
         limit = self._settings.drained_restart_after_ms / 1000
         since = self._drained_at()
         if not limit or since is None:

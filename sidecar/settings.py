@@ -245,7 +245,8 @@ class Settings(BaseSettings):
         default=0,
         ge=0,
         le=_DAY_MS,
-        description="After a drain, if no stop signal came within this, liveness fails so the "
+        description="Once a drain has ended, if no stop signal came within this, liveness "
+        "fails so the "
         "orchestrator restarts the sidecar and it rejoins the group (in Kubernetes the app's "
         "`preStop` drains it also when only the app container restarts). 0: stay drained. "
         "The Helm chart sets the pod's grace period plus 30 s.",
@@ -468,12 +469,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "assignment_strategy applies to group_protocol=classic only; with "
                 "group_protocol=consumer the broker assigns (see group.remote.assignor)"
-            )
-        if 0 < self.drained_restart_after_ms < self.drain_timeout_ms:
-            raise ValueError(
-                f"drained_restart_after_ms={self.drained_restart_after_ms} is shorter than "
-                f"drain_timeout_ms={self.drain_timeout_ms}: liveness would fail while a drain "
-                "still runs (0 turns the restart off)"
             )
         if not _is_loopback(self.api_host) and self.api_token is None:
             raise ValueError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import io
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -113,11 +114,15 @@ def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
     if not path.exists():
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
     try:
-        if path.suffix == ".toml":
-            return TomlConfigSettingsSource(Settings, toml_file=path)
-        if path.suffix == ".json":
-            return JsonConfigSettingsSource(Settings, json_file=path)
-        return YamlConfigSettingsSource(Settings, yaml_file=path)
+        if path.is_file():
+            return _file_source(path, path.suffix)
+        # A pipe or a device (``--config <(sops -d settings.yaml)``, /dev/stdin): the
+        # library reads regular files only, and skips anything else without a word. Read
+        # it once into a private regular file; the source parses it as it is built.
+        with tempfile.TemporaryDirectory(prefix="rebalance-sidecar-") as private:
+            copy = Path(private) / f"settings{path.suffix}"
+            copy.write_bytes(path.read_bytes())
+            return _file_source(copy, path.suffix)
     except OSError as exc:
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
     except (ValueError, yaml.YAMLError) as exc:  # TOMLDecodeError, JSONDecodeError
@@ -128,6 +133,15 @@ def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
         raise InvalidSettings(
             f"{CONFIG_FILE_ENV}: {path} must hold a mapping of settings"
         ) from None
+
+
+def _file_source(path: Path, suffix: str) -> PydanticBaseSettingsSource:
+    """The settings in ``path`` (read and parsed now), by ``suffix``: YAML by default."""
+    if suffix == ".toml":
+        return TomlConfigSettingsSource(Settings, toml_file=path)
+    if suffix == ".json":
+        return JsonConfigSettingsSource(Settings, json_file=path)
+    return YamlConfigSettingsSource(Settings, yaml_file=path)
 
 
 def load_settings(

@@ -219,17 +219,14 @@ stop. An explicit value below that is rejected.
 
 {{- /*
 After a drain no SIGTERM followed (only the app container restarted): liveness
-fails this long after the drain began. Default: the grace period + 30 s, so a
-real termination always ends first. An explicit value below the drain deadline
-is rejected (the sidecar would refuse it at start).
+fails this long after the drain ended. Default: the grace period + 30 s, so the
+termination a drain starts always ends first.
 */ -}}
 {{- define "rebalance-sidecar.drainedRestartAfterMs" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- $set := $c.values.sidecar.drainedRestartAfterMs -}}
 {{- if kindIs "invalid" $set -}}
 {{- mul (add (int64 (include "rebalance-sidecar.terminationGracePeriodSeconds" .)) 30) 1000 -}}
-{{- else if and (gt (int64 $set) 0) (lt (int64 $set) (int64 $c.values.sidecar.drainTimeoutMs)) -}}
-{{- fail (printf "sidecar.drainedRestartAfterMs=%v is shorter than sidecar.drainTimeoutMs (%d): liveness would fail while the drain runs (0 turns the restart off)" $set (int64 $c.values.sidecar.drainTimeoutMs)) -}}
 {{- else -}}
 {{- int64 $set -}}
 {{- end -}}
