@@ -352,14 +352,23 @@ def _check_subscription(settings: Settings, config: dict[str, Any]) -> None:
     refuses some patterns, e.g. ``(?:...)`` groups, and ``subscribe`` checks the assignment
     strategy. Refused, the member thread died at start while the process served on.
 
-    The probe subscribes without ever reaching a broker (a refused loopback address, a
-    group of its own), so it joins nothing.
+    The probe talks to librdkafka's in-process mock cluster only, in a group of its own,
+    with none of the real settings but the two ``subscribe`` judges (the assignment
+    strategy and the group protocol): no network, no credentials, no token fetch, so it
+    can join nothing and hold nothing up.
     """
     from confluent_kafka import Consumer, KafkaException
 
     from sidecar.settings import InvalidSettings
 
-    probe = {**config, "bootstrap.servers": "127.0.0.1:9", "group.id": "rebalance-sidecar-probe"}
+    probe: dict[str, Any] = {
+        "group.id": "rebalance-sidecar-probe",
+        "test.mock.num.brokers": 1,
+        "log_level": 0,
+        **{
+            k: config[k] for k in ("group.protocol", "partition.assignment.strategy") if k in config
+        },
+    }
 
     def refused(topics: list[str]) -> bool:
         consumer = Consumer(probe)
