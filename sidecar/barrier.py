@@ -42,6 +42,8 @@ class RevokeBarrier:
             # Two subscribers handing back the same partition: the one behind wins. Every
             # subscriber has handled the records below the lower offset; committing the
             # higher one would skip, for the slower subscriber, records it never handled.
+            # (A subscriber that does not answer in time hands back nothing: what the
+            # others handed back is committed without it.)
             offset = po.offset or 0
             self.offsets[key] = min(self.offsets.get(key, offset), offset)
         if not self.waiting:
@@ -112,7 +114,13 @@ def parse_offsets(body: bytes, owned: set[Any]) -> tuple[PartitionOffset, ...]:
     items = document["offsets"]
     if not isinstance(items, list):
         raise ValueError("'offsets' must be a list")
-    return tuple(_offset(index, item, owned) for index, item in enumerate(items))
+    offsets = tuple(_offset(index, item, owned) for index, item in enumerate(items))
+    seen: set[Any] = set()
+    for index, po in enumerate(offsets):
+        if po.tp in seen:  # as POST /commit: which one was meant?
+            raise ValueError(f"offsets[{index}] names {po.topic}[{po.partition}] a second time")
+        seen.add(po.tp)
+    return offsets
 
 
 def _offset(index: int, item: Any, owned: set[Any]) -> PartitionOffset:

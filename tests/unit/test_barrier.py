@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from sidecar.barrier import Barriers
+import pytest
+
+from sidecar.barrier import Barriers, parse_offsets
 from sidecar.handoff import BarrierOutcome
-from sidecar.model import Event, EventType, PartitionOffset
+from sidecar.model import Event, EventType, PartitionOffset, TopicPartition
 
 REVOKED = Event(1, "e1", EventType.REVOKED, b"{}")
 
@@ -23,3 +25,14 @@ def test_two_subscribers_handing_back_one_partition_commit_the_lower_offset() ->
     (outcome,) = outcomes
     assert outcome.offsets == (PartitionOffset("t", 0, 40), PartitionOffset("t", 1, 7))
     assert outcome.handed_back == ("fast", "slow") and not outcome.timed_out
+
+
+def test_one_answer_naming_a_partition_twice_is_rejected() -> None:
+    """As ``POST /commit`` refuses it: the lower of the two was committed before."""
+    owned = {TopicPartition("t", 0)}
+    body = (
+        b'{"offsets": [{"topic": "t", "partition": 0, "offset": 9},'
+        b' {"topic": "t", "partition": 0, "offset": 3}]}'
+    )
+    with pytest.raises(ValueError, match=r"offsets\[1\] names t\[0\] a second time"):
+        parse_offsets(body, owned)
