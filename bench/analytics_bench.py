@@ -14,10 +14,11 @@ step the time ratio next to the size ratio, and the targets, met or missed:
 - >= 150,000 events/s at 4M events from Parquet, >= 100,000 from JSONL;
 - linear: each doubling of the events costs <= 2.1x the time.
 
-Next to each run of the job, on the same input in the same session, two baselines
-(bench/analytics_baseline.py): the read floor (the columns parsed, nothing else) and the
-plain job the issue names (dedupe, one window, one group-by). Printed with the job's
-time and CPU as multiples of the plain job's, and each rate target as a multiple of the
+Next to each run of the job, on the same input in the same session, three baselines
+(bench/analytics_baseline.py): the read floor (the job's own read, nothing else), the
+plain job the issue names (dedupe, one window, one group-by) and the write floor (the
+job's tables written again). Printed with the job's time and CPU as multiples of the
+plain job's, the floors' share of the job, and each rate target as a multiple of the
 plain job's rate: how far a target is beyond what Spark does here with a minimal job.
 ``--no-baselines`` skips them.
 
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-baselines",
         action="store_true",
-        help="skip the read floor and the plain job run next to each size",
+        help="skip the read floor, the plain job and the write floor run next to each size",
     )
     parser.add_argument(
         "--stages",
