@@ -359,6 +359,10 @@ def _bind(host: str, port: int, setting: str) -> socket.socket:
     # and without it every response waits for the client's delayed ACK (~40 ms).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and host.strip("[]") == "::":
+        # Every address, IPv4 too, whatever the host's net.ipv6.bindv6only says: ``::``
+        # serves single-stack IPv6 and dual-stack pods (the kubelet probes the pod IP).
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -386,6 +386,23 @@ def test_a_drained_sidecar_that_no_sigterm_follows_is_restarted_after_the_grace(
     assert f"SIDECAR_DRAINED_RESTART_AFTER_MS={(grace + 30) * 1000}" in env
 
 
+def test_the_admin_listener_may_take_ipv6_for_the_kubelet(tools: None) -> None:
+    """The kubelet probes and drains on the pod IP: on an IPv6 single-stack cluster a
+    listener on 0.0.0.0 refused them all and the sidecar restarted in a loop; the host
+    was fixed in the chart."""
+
+    def admin_host(*args: str) -> str:
+        sidecar = container(
+            pod_spec(render(*REQUIRED, *args))["initContainers"], "rebalance-sidecar"
+        )
+        return str(env_of(sidecar)["SIDECAR_ADMIN_HOST"]["value"])
+
+    assert admin_host() == "0.0.0.0"
+    assert admin_host("--set", "sidecar.admin.host=::") == "::"
+    other = helm_template(*REQUIRED, "--set", "sidecar.admin.host=10.0.0.1")
+    assert other.returncode != 0 and "/sidecar/admin/host" in other.stderr
+
+
 def test_statefulset_takes_the_group_instance_id_from_the_pod_name(tools: None) -> None:
     docs = render(*REQUIRED, "--set", "workload.kind=StatefulSet")
     env = env_of(container(pod_spec(docs, "StatefulSet")["initContainers"], "rebalance-sidecar"))

@@ -115,3 +115,24 @@ def test_an_unreachable_fleet_topic_does_not_hold_the_stop_past_its_deadline(
     started = time.monotonic()
     assert asyncio.run(main()) == 0  # asyncio.run also waits for the flush's thread
     assert time.monotonic() - started < 1.0 + settings.shutdown_timeout_ms / 1000
+
+
+def test_an_admin_listener_on_every_address_takes_ipv4_and_ipv6() -> None:
+    """``SIDECAR_ADMIN_HOST=::`` (the chart's ``sidecar.admin.host`` for IPv6 and dual-stack
+    clusters): the kubelet probes the pod IP, IPv6 or IPv4. Dual stack is set on the socket,
+    whatever the host's ``net.ipv6.bindv6only`` says."""
+    import socket
+
+    from sidecar.daemon import _bind
+
+    listener = _bind("::", 0, "ADMIN")
+    try:
+        assert listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
+        port = listener.getsockname()[1]
+        for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            with socket.socket(family, socket.SOCK_STREAM) as client:
+                client.connect((address, port))
+                accepted, _ = listener.accept()
+                accepted.close()
+    finally:
+        listener.close()

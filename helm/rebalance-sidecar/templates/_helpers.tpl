@@ -317,7 +317,7 @@ refuses such a scrape config. Takes (dict "key" "podMonitor" "monitor" <values>)
       key: {{ include "rebalance-sidecar.tokenSecretKey" . }}
 {{- end }}
 - name: SIDECAR_ADMIN_HOST
-  value: "0.0.0.0"
+  value: {{ $s.admin.host | default "0.0.0.0" | quote }}
 - name: SIDECAR_ADMIN_PORT
   value: {{ int64 $s.admin.port | quote }}
 - name: SIDECAR_DRAIN_TOKEN
