@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.journal import FILE_NAME
 from sidecar.subscriptions import new_secret
 from tests.support.browser import chromium
 from tests.support.members import PlainConsumer, plain_consumers
@@ -158,3 +159,40 @@ def test_status_page_says_when_the_coordinator_cannot_be_asked(tmp_path: Path) -
             assert page.locator("#webhooks-empty").is_visible()
     finally:
         sidecar.stop()
+
+
+def test_the_page_starts_over_when_the_sidecar_comes_back_with_another_journal(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """The page's event stream resumes with the last sequence it saw. A sidecar back with
+    another journal (an emptied data directory: numbering restarted) answers that resume
+    with 409, and the browser closes the stream for good: the page said "reconnecting…"
+    for ever. It reloads instead, and is live on the new journal."""
+    topic = topic_factory(PARTITIONS)
+    sidecar = sidecar_factory(group_id, topic)
+    wait_until(lambda: sidecar.assignment()["state"] == "stable", 90, "the sidecar stable")
+    for _ in range(3):  # a few more events, so the page's last sequence is well ahead
+        answer = sidecar.client.post("/enforce-rebalance", params={"wait": 30})
+        assert answer.status_code == 200, answer.text
+    seen = int(sidecar.assignment()["sequence"])
+    assert seen >= 7
+    with chromium() as page:
+        page.set_default_timeout(60_000)
+        page.goto(f"http://127.0.0.1:{sidecar.port}/")
+        page.wait_for_function("() => document.querySelector('#live').textContent === 'live'")
+        page.evaluate("window.__sameDocument = true")
+
+        assert sidecar.terminate(timeout=30) == 0
+        for name in (FILE_NAME, f"{FILE_NAME}-wal", f"{FILE_NAME}-shm"):
+            (sidecar.data_dir / name).unlink(missing_ok=True)
+        sidecar.start()
+        wait_until(lambda: sidecar.assignment()["state"] == "stable", 90, "stable again")
+        assert int(sidecar.assignment()["sequence"]) < seen  # another journal
+
+        page.wait_for_function(
+            "() => window.__sameDocument === undefined"
+            " && document.querySelector('#live').textContent === 'live'"
+        )
+        assert page.locator("#timeline li.event").count() >= 1

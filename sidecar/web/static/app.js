@@ -305,6 +305,10 @@ async function followEvents() {
   source.onerror = () => {
     live.textContent = "reconnecting…";
     live.className = "live off";
+    // Closed for good: the sidecar answered the reconnect with an error instead of the
+    // stream (409: it came back with another journal, its numbering restarted). The
+    // browser retries no more; start over from what the sidecar has now.
+    if (source.readyState === EventSource.CLOSED) setTimeout(() => location.reload(), 2000);
   };
   const onEvent = (message) => {
     let event;
