@@ -950,6 +950,64 @@ def test_the_sidecar_accepts_the_environment_of_the_kustomize_base(tools: None) 
     assert settings.assignment_strategy == "cooperative-sticky"
 
 
+# -- what the example app makes of the manifests' environment -----------------------------------
+
+EXAMPLE_APP = REPO / "deploy" / "example-app"
+
+
+def example_app_reads() -> dict[str, set[str]]:
+    """The environment variable names each example app reads: the Python app through
+    `env.get("NAME")` (env = os.environ), the Go app through `os.Getenv("NAME")` and its
+    `getenv("NAME", ...)` helper."""
+    python = (EXAMPLE_APP / "app.py").read_text()
+    go = (EXAMPLE_APP / "go" / "main.go").read_text()
+    assert "env = os.environ" in python
+    go_names: set[str] = set(re.findall(r'os\.Getenv\("([A-Z0-9_]+)"\)', go))
+    for call in re.findall(r"\bgetenv\(([^)]*)\)", go):
+        go_names |= set(re.findall(r'"([A-Z0-9_]+)"', call))
+    reads = {
+        "app.py": set(re.findall(r'\benv\.get\("([A-Z0-9_]+)"', python)),
+        "go/main.go": go_names,
+    }
+    for names in reads.values():  # the parse found the settings both apps document
+        assert {"WEBHOOK_SECRET", "PORT", "STORE_DIR", "SIDECAR_URL"} <= names, names
+    return reads
+
+
+def app_container_variables(docs: list[dict[str, Any]]) -> set[str]:
+    """Every variable the app container gets: its env, and the keys of the ConfigMaps
+    and Secrets it takes whole (envFrom)."""
+    app = container(pod_spec(docs)["containers"], "app")
+    names = {e["name"] for e in app.get("env", [])}
+    for source in app.get("envFrom", []):
+        ref = source.get("configMapRef") or source.get("secretRef")
+        kind = "ConfigMap" if "configMapRef" in source else "Secret"
+        found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == ref["name"]]
+        assert found, f"envFrom {kind} {ref['name']} is not in the build"
+        names |= {source.get("prefix", "") + k for k in found[0].get("data", {})}
+    return names
+
+
+def test_manifests_give_the_example_app_only_variables_it_reads(tools: None) -> None:
+    """The kustomize base set STATE_DIR, which neither example app reads (they read
+    STORE_DIR): the store directory was right only because the defaults matched. And
+    envFrom handed it every SIDECAR_* setting, drain token included."""
+    reads = example_app_reads()
+    result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / "base")
+    assert result.returncode == 0, result.stderr
+    builds = {"kustomize base": [d for d in yaml.safe_load_all(result.stdout) if d]}
+    # The chart's default app is the example app too.
+    builds["chart defaults"] = render(*REQUIRED)
+    for build, docs in builds.items():
+        given = app_container_variables(docs)
+        for app, names in reads.items():
+            assert given <= names, f"{build}: {app} does not read {sorted(given - names)}"
+    # The store the base mounts is where the app keeps it.
+    app = container(pod_spec(builds["kustomize base"])["containers"], "app")
+    mounts = {m["mountPath"] for m in app["volumeMounts"]}
+    assert env_of(app)["STORE_DIR"]["value"] in mounts
+
+
 # -- the preStop hooks, sent for real ----------------------------------------------------------
 
 
