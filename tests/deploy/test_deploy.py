@@ -1101,6 +1101,27 @@ def test_kustomize_base_drains_with_the_token_the_sidecar_gets(tools: None) -> N
         assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
+@pytest.mark.parametrize(
+    ("mode", "overlay"), [("native", "base"), ("classic", "overlays/classic-sidecar")]
+)
+def test_kustomize_probes_the_sidecar_as_the_chart_does(
+    tools: None, mode: str, overlay: str
+) -> None:
+    """The base's startup probe had no timeoutSeconds (the kubelet's default, 1 s, where
+    the chart gives 3 s) and its readiness probe no failureThreshold; the classic overlay
+    dropped the startup probe, which the chart's classic mode keeps. Every field of every
+    sidecar probe is now the chart's default, in both modes."""
+    spec = pod_spec(render(*REQUIRED, "--set", f"sidecar.mode={mode}"))
+    chart = container(spec.get("initContainers", []) + spec["containers"], "rebalance-sidecar")
+    result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / overlay)
+    assert result.returncode == 0, result.stderr
+    spec = pod_spec([d for d in yaml.safe_load_all(result.stdout) if d])
+    built = container(spec.get("initContainers", []) + spec["containers"], "rebalance-sidecar")
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert built.get(kind) == chart[kind], kind
+        assert {"periodSeconds", "timeoutSeconds", "failureThreshold"} <= set(built[kind]), kind
+
+
 # -- the image ---------------------------------------------------------------------------------
 
 
