@@ -27,6 +27,7 @@ import httpx
 import pytest
 import yaml
 
+from sidecar.model import MemberState
 from sidecar.settings import ENV_PREFIX, Settings
 from sidecar.settings_sources import load_settings
 from tests.support.sidecars import COMMAND
@@ -1262,6 +1263,34 @@ def test_alerts_pass_promtool_check_and_unit_tests(tools: None, tmp_path: Path) 
     }
     plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
     assert fired == {r["alert"] for r in plain["spec"]["groups"][0]["rules"]}
+
+
+def test_an_alert_watches_members_that_stay_out_of_the_group(tools: None) -> None:
+    """Readiness follows only the first join, so nothing told anyone about a member that
+    stays out of its group (Kafka unreachable, a group that never settles, a drained
+    sidecar that was never stopped): no shipped alert read member_state."""
+    plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+    rules = [r for r in plain["spec"]["groups"][0]["rules"] if "member_state" in r["expr"]]
+    assert [r["alert"] for r in rules] == ["RebalanceSidecarMemberNotStable"]
+    (rule,) = rules
+    # The states it names are the sidecar's (sidecar/model.py), not guesses.
+    states = set(re.findall(r'state=~?"([a-z|]+)"', rule["expr"]))
+    assert {s for group in states for s in group.split("|")} == {MemberState.STABLE.value}
+    # Longer than a rebalance: a revoke barrier (30 s) plus a static member's session.
+    assert re.fullmatch(r"\d+m", rule["for"]) and int(rule["for"][:-1]) >= 5
+    assert "kubectl logs" in rule["annotations"]["description"]  # what to look at first
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["monitoring"]["prometheusRule"]["memberNotStableFor"] == rule["for"]
+    docs = render(
+        "--values",
+        CHART / "ci" / "monitoring-values.yaml",
+        "--set",
+        "monitoring.prometheusRule.memberNotStableFor=30m",
+    )
+    chart_rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    chart_rule = next(r for r in chart_rules if r["alert"] == rule["alert"])
+    assert chart_rule["for"] == "30m"
+    assert "for 30m" in chart_rule["annotations"]["description"]
 
 
 def metric_names(text: str) -> set[str]:
