@@ -16,12 +16,12 @@ import re
 import stat
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 from sidecar.argtypes import bounded_float, bounded_int
 
 from . import session as sessions
 from .events import KafkaInput, is_kafka_url
+from .paths import local_path
 
 #: The job failed once started (Spark's first line of the error).
 EXIT_FAILED = 1
@@ -129,7 +129,7 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
     _check_output("--output", args.output)
     # The output directory is replaced: an input inside it would be deleted before it is
     # read, and an output inside an input directory is read back as input next time.
-    local = _local_path(str(args.output))
+    local = local_path(args.output)
     output = None if local is None else local.resolve()
     for text in args.input:
         for read in _local_matches(text):
@@ -144,23 +144,12 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
     _check_driver_memory(args.driver_memory)
 
 
-def _local_path(text: str) -> Path | None:
-    """The local file ``text`` names, or None for another file system's URI (Hadoop's
-    rule: a colon before the first slash starts a scheme; ``file:`` is local)."""
-    colon, slash = text.find(":"), text.find("/")
-    if colon == -1 or (slash != -1 and slash < colon):
-        return Path(text)
-    if text[:colon].lower() == "file":
-        return Path(urlsplit(text).path)
-    return None
-
-
 # Hadoop's glob characters; Python's glob knows all but the {a,b} alternatives.
 _GLOB = re.compile(r"[*?\[{]")
 
 
 def _local_matches(text: str) -> list[Path]:
-    path = _local_path(text)
+    path = local_path(text)
     if path is None:
         return []
     if _GLOB.search(str(path)):
@@ -173,7 +162,7 @@ def _reason(error: OSError) -> str:
 
 
 def _check_input(text: str) -> None:
-    path = _local_path(text)
+    path = local_path(text)
     if path is None:
         return
     if _GLOB.search(str(path)):
@@ -189,9 +178,9 @@ def _check_input(text: str) -> None:
         raise UsageError(f"--input {text}: permission denied")
 
 
-def _check_output(option: str, given: Path) -> None:
+def _check_output(option: str, given: str) -> None:
     """``given`` is, or can be made, a directory this process may write in."""
-    path = _local_path(str(given))
+    path = local_path(given)
     if path is None:
         return
     path = path.absolute()

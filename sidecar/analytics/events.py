@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
@@ -33,6 +32,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from .paths import Target, hadoop_lister, list_local, local_path, text
 
 ASSIGNED = "kafka.partitions.assigned"
 REVOKED = "kafka.partitions.revoked"
@@ -136,7 +137,7 @@ def read_files(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 def _file_frames(spark: SparkSession, paths: Sequence[str], *, keep_time: bool) -> list[DataFrame]:
     if not paths:
         raise ValueError("no input paths")
-    parquet = [p for p in paths if _looks_like_parquet(Path(p))]
+    parquet = [p for p in paths if _looks_like_parquet(spark, p)]
     jsonl = [p for p in paths if p not in parquet]
     frames: list[DataFrame] = []
     if jsonl:
@@ -147,13 +148,17 @@ def _file_frames(spark: SparkSession, paths: Sequence[str], *, keep_time: bool) 
     return frames
 
 
-def _looks_like_parquet(path: Path) -> bool:
-    if path.is_dir():
-        files = [p for p in path.iterdir() if not p.name.startswith(("_", "."))]
-        return any(p.suffix == ".parquet" for p in files) or any(
-            p.is_dir() and "=" in p.name for p in files
-        )
-    return path.suffix == ".parquet"
+def _looks_like_parquet(spark: SparkSession, given: str) -> bool:
+    """A Parquet file (by its name) or a directory of them; a local path is looked at
+    here, any other URI through Hadoop (``s3a://bucket/events.parquet/``)."""
+    lister = list_local if local_path(given) is not None else hadoop_lister(spark)
+    entries = lister(given)
+    if entries is None:
+        return given.rstrip("/").endswith(".parquet")
+    files = [(name, is_dir) for name, is_dir in entries if not name.startswith(("_", "."))]
+    return any(name.endswith(".parquet") for name, _ in files) or any(
+        is_dir and "=" in name for name, is_dir in files
+    )
 
 
 def _data_struct(frame: DataFrame) -> Column:
@@ -234,7 +239,7 @@ def read_normalized(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
     return result
 
 
-def write_parquet_events(spark: SparkSession, inputs: Sequence[str], output: Path) -> None:
+def write_parquet_events(spark: SparkSession, inputs: Sequence[str], output: Target) -> None:
     """``analytics convert``: JSONL archives to Parquet, the job's fast input.
 
     The raw CloudEvent form, with ``data`` as a struct of :data:`DATA_SCHEMA` (read
@@ -243,7 +248,7 @@ def write_parquet_events(spark: SparkSession, inputs: Sequence[str], output: Pat
     """
     raw = read_files(spark, inputs)
     raw.withColumn("time", F.col("time").try_cast(TimestampType())).write.mode("overwrite").parquet(
-        str(output)
+        text(output)
     )
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Generic
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
@@ -47,6 +47,7 @@ from .arguments import (
 )
 from .events import is_kafka_url, read_normalized, write_parquet_events
 from .output import REPORT_NAME, refresh, step
+from .paths import PathOrUri, child
 from .streaming import StreamOptions, run_stream
 from .tables import TABLE_NAMES
 
@@ -54,23 +55,25 @@ __all__ = ["JobError", "UsageError", "main", "run_batch"]
 
 
 @dataclass(frozen=True)
-class BatchResult:
-    output: Path
-    report: Path | None
+class BatchResult(Generic[PathOrUri]):
+    output: PathOrUri
+    report: PathOrUri | None
     rebalances: int
     seconds: float
 
 
 def run_batch(
-    spark: SparkSession, inputs: Sequence[str], output: Path, *, report: bool = True
-) -> BatchResult:
+    spark: SparkSession, inputs: Sequence[str], output: PathOrUri, *, report: bool = True
+) -> BatchResult[PathOrUri]:
+    """Build and write every table (and the report) under ``output``: a local ``Path``,
+    or text, which may be a URI (``s3a://bucket/out``)."""
     started = time.monotonic()
     with step(spark, "read"):
         events = read_normalized(spark, inputs)
     rebalances = refresh(spark, events, output, report=report)
     return BatchResult(
         output=output,
-        report=output / REPORT_NAME if report else None,
+        report=child(output, REPORT_NAME) if report else None,
         rebalances=rebalances,
         seconds=time.monotonic() - started,
     )
@@ -98,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH_OR_URL",
         help="JSONL/Parquet files or directories, or kafka://host:port/topic",
     )
-    p.add_argument("--output", "-o", required=True, type=dir_path, help="output directory")
+    _output_option(p, "output directory")
     p.add_argument(
         "--master",
         default="local[*]",
@@ -129,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checkpoint",
-        type=dir_path,
+        type=path_text,
         default=None,
         help="streaming: checkpoint directory (default OUTPUT/_checkpoint)",
     )
@@ -159,6 +162,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     return p
+
+
+def _output_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        type=path_text,
+        metavar="PATH_OR_URI",
+        help=f"{what}: a local path, or a URI Spark can write (s3a://, hdfs://, file://)",
+    )
 
 
 def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
@@ -206,9 +220,7 @@ def convert_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="JSONL (or Parquet) files or directories",
     )
-    p.add_argument(
-        "--output", "-o", required=True, type=dir_path, help="Parquet directory to write"
-    )
+    _output_option(p, "Parquet directory to write")
     p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
     p.add_argument(
         "--driver-memory",
@@ -285,7 +297,7 @@ def _java_error(error: Py4JJavaError) -> str:
 
 
 def _run(args: argparse.Namespace, managed_session: bool) -> int:
-    output: Path = args.output
+    output: str = args.output
     spark = _session(args, managed_session)
     spark.sparkContext.setLogLevel("ERROR")
     if args.stream:

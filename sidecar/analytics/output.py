@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql.types import DoubleType, TimestampType
 
+from .paths import Target, child, local_path, text
 from .report import render_report
 from .tables import TABLE_NAMES, build_tables
 
@@ -52,20 +52,23 @@ def table_writer(frame: DataFrame) -> DataFrameWriter:
     return writer
 
 
-def write_tables(tables: Mapping[str, DataFrame], output: Path) -> None:
-    output.mkdir(parents=True, exist_ok=True)
+def write_tables(tables: Mapping[str, DataFrame], output: Target) -> None:
+    """Each table under ``output`` (a local path or any URI Spark writes to)."""
+    local = local_path(output)
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         target = frame.coalesce(1) if name in SMALL_TABLES else frame
         with step(frame.sparkSession, f"write {name}"):
-            table_writer(target).parquet(str(output / name))
+            table_writer(target).parquet(child(text(output), name))
 
 
-def read_tables(spark: SparkSession, output: Path) -> dict[str, DataFrame]:
+def read_tables(spark: SparkSession, output: Target) -> dict[str, DataFrame]:
     """The tables as written under ``output``."""
-    return {name: spark.read.parquet(str(output / name)) for name in TABLE_NAMES}
+    return {name: spark.read.parquet(child(text(output), name)) for name in TABLE_NAMES}
 
 
-def refresh(spark: SparkSession, events: DataFrame, output: Path, *, report: bool) -> int:
+def refresh(spark: SparkSession, events: DataFrame, output: Target, *, report: bool) -> int:
     """Build every table from ``events``, write them and the report; returns #rebalances.
 
     The report is drawn from the tables as written (small Parquet files, and the big
@@ -79,6 +82,6 @@ def refresh(spark: SparkSession, events: DataFrame, output: Path, *, report: boo
     written = read_tables(spark, output)
     if report:
         with step(spark, "report"):
-            return render_report(written, output / REPORT_NAME).rebalances
+            return render_report(written, child(text(output), REPORT_NAME)).rebalances
     with step(spark, "count rebalances"):
         return written["rebalances"].count()

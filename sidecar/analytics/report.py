@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from .charts import bar_chart, format_number, heatmap
+from .paths import Target, local_path, text, write_text
 
 SERIES_SHOWN = 8  # groups drawn one by one in the time chart; the rest is "other"
 HEATMAP_ROWS = 20
@@ -431,12 +431,17 @@ def _render(tables: Mapping[str, DataFrame]) -> tuple[str, Headline]:
     return html, headline
 
 
-def render_report(tables: Mapping[str, DataFrame], path: Path) -> Headline:
-    """Write the report to ``path`` (atomically: readers never see half a page).
+def render_report(tables: Mapping[str, DataFrame], target: Target) -> Headline:
+    """Write the report to ``target`` (a local path: atomically, readers never see half a
+    page; any other URI through Hadoop, see :func:`.paths.write_text`).
 
     Returns the headline figures (the caller reports the rebalance count from it).
     """
     html, headline = _render(tables)
+    path = local_path(target)
+    if path is None:
+        write_text(next(iter(tables.values())).sparkSession, text(target), html)
+        return headline
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".html.partial")
     partial.write_text(html, encoding="utf-8")

@@ -24,7 +24,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +31,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from .events import KafkaInput, kafka_value_to_raw, read_normalized
 from .output import refresh
+from .paths import Target, child, text
 
 EVENTS_DIR = "_events"
 CHECKPOINT_DIR = "_checkpoint"
@@ -40,9 +40,9 @@ CHECKPOINT_DIR = "_checkpoint"
 @dataclass(frozen=True)
 class StreamOptions:
     inputs: Sequence[str]
-    output: Path
+    output: Target  # a local path, or any URI Spark writes to
     trigger_seconds: float = 30.0
-    checkpoint: Path | None = None
+    checkpoint: Target | None = None
     starting_offsets: str = "earliest"
     report: bool = True
 
@@ -68,7 +68,7 @@ class TableRefresher:
     def __init__(self, spark: SparkSession, options: StreamOptions) -> None:
         self.spark = spark
         self.options = options
-        self.events_dir = options.output / EVENTS_DIR
+        self.events_dir = child(text(options.output), EVENTS_DIR)
         self.batches = 0
         self.rebalances = 0
         self.lags: list[BatchLag] = []
@@ -80,8 +80,8 @@ class TableRefresher:
         if seen is None or not seen["n"]:
             return
         raw = kafka_value_to_raw(batch).where("id IS NOT NULL")
-        raw.write.mode("append").parquet(str(self.events_dir))
-        history = read_normalized(self.spark, [str(self.events_dir)])
+        raw.write.mode("append").parquet(self.events_dir)
+        history = read_normalized(self.spark, [self.events_dir])
         self.rebalances = refresh(
             self.spark, history, self.options.output, report=self.options.report
         )
@@ -120,11 +120,15 @@ def start_stream(
 ) -> tuple[StreamingQuery, TableRefresher]:
     """Start the query; the caller owns it (``processAllAvailable()``, ``stop()``)."""
     refresher = TableRefresher(spark, options)
-    checkpoint = options.checkpoint or options.output / CHECKPOINT_DIR
+    checkpoint = (
+        text(options.checkpoint)
+        if options.checkpoint is not None
+        else child(text(options.output), CHECKPOINT_DIR)
+    )
     query = (
         kafka_stream(spark, options.inputs, options.starting_offsets)
         .writeStream.foreachBatch(refresher)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint)
         .trigger(processingTime=f"{options.trigger_seconds} seconds")
         .queryName("rebalance-analytics")
         .start()
