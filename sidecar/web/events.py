@@ -61,17 +61,18 @@ async def events(
     """Events as SSE (`id` = sequence; resumes from `Last-Event-ID`), or the journal's
     history as JSON with `Accept: application/json` (`?after=&limit=`).
 
-    A `Last-Event-ID` past the newest event is `409`: the journal was replaced and its
-    numbering restarted (reconnect without it). One older than what retention kept resumes
+    A `Last-Event-ID` or `after` past the newest event is `409`: the journal was replaced
+    and its numbering restarted (start again without it). One older than what retention kept resumes
     at the oldest event kept: the gap shows in the `id`s."""
-    start = after
+    start, given = after, "after"
     if last_event_id is not None:
-        start = parse_last_event_id(last_event_id)
+        start, given = parse_last_event_id(last_event_id), "Last-Event-ID"
+    if start is not None:
         newest = runtime.journal.last_sequence()
         if start > newest:
             raise ResumeAhead(
-                f"Last-Event-ID {start} is past the newest event ({newest}): this journal "
-                "was replaced since (its numbering restarted); reconnect without Last-Event-ID"
+                f"{given} {start} is past the newest event ({newest}): this journal was "
+                f"replaced since (its numbering restarted); start again without {given}"
             )
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:

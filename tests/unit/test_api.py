@@ -452,6 +452,19 @@ def test_a_resume_past_the_newest_event_is_409_not_a_silent_stall(tmp_path: Path
             headers={"Last-Event-ID": str(newest + 5), "Accept": "application/json"},
         )
         assert history.status_code == 409
+        # ``?after=`` is the same resume point, as a query (the status page's stream and
+        # a history poller use it): the same silent stall, the same answer.
+        for accept in ("text/event-stream", "application/json"):
+            query = await client.get(f"/events?after={newest + 5}", headers={"Accept": accept})
+            assert query.status_code == 409, (accept, query.text)
+            assert f"after {newest + 5} is past the newest event ({newest})" in (
+                query.json()["error"]
+            )
+        # At the newest event exactly is no resume past it: history is empty, not refused.
+        caught_up = await client.get(
+            f"/events?after={newest}", headers={"Accept": "application/json"}
+        )
+        assert caught_up.status_code == 200 and caught_up.json() == []
 
     run(tmp_path, scenario)
 
