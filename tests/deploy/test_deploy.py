@@ -1001,8 +1001,8 @@ def test_manifests_give_the_example_app_only_variables_it_reads(tools: None) -> 
     builds["chart defaults"] = render(*REQUIRED)
     for build, docs in builds.items():
         given = app_container_variables(docs)
-        for app, names in reads.items():
-            assert given <= names, f"{build}: {app} does not read {sorted(given - names)}"
+        for reader, names in reads.items():
+            assert given <= names, f"{build}: {reader} does not read {sorted(given - names)}"
     # The store the base mounts is where the app keeps it.
     app = container(pod_spec(builds["kustomize base"])["containers"], "app")
     mounts = {m["mountPath"] for m in app["volumeMounts"]}
