@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from sidecar.argtypes import bounded_int
+from sidecar.errors import JOURNAL_FAILED_EXIT
 
 if TYPE_CHECKING:
     from sidecar.settings import Settings
 
 EXIT_USAGE = 2
+#: The command was right but the machine failed it (a full disk, an I/O error writing).
+EXIT_FAILED = 1
 #: A reader that stopped reading (``journal export | head``): the shell's code for SIGPIPE.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -37,6 +40,11 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class CommandFailed(Exception):
     """A command's input cannot be used (a file it cannot read or write, a journal it
     cannot open): ``main`` prints the message as one line and exits 2."""
+
+
+class OutputFailed(CommandFailed):
+    """Writing the command's output failed part way (a full disk, an I/O error): nothing
+    was wrong with the command, so ``main`` exits 1, not 2, with one line."""
 
 
 class _Stopped(BaseException):
@@ -125,7 +133,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _export(args)
     except (InvalidSettings, CommandFailed) as exc:
         print(f"rebalance-sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_FAILED if isinstance(exc, OutputFailed) else EXIT_USAGE
     except _ReaderGone:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
@@ -163,6 +171,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="rebalance-sidecar",
         description="Join a Kafka consumer group for an application and turn its rebalances "
         "into signed, durable, ordered webhooks, SSE and a journal.",
+        epilog="exit codes: 0 done or stopped by a signal (run); 1 the output could not be "
+        "written (a full disk); 2 bad arguments, settings or input; "
+        f"{JOURNAL_FAILED_EXIT} the journal failed, the member stopped (run); "
+        f"130 interrupted; {EXIT_BROKEN_PIPE} the reader of stdout went away",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -521,7 +533,7 @@ def _writing_stdout() -> Iterator[None]:
         raise _ReaderGone from None
     except OSError as exc:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise CommandFailed(f"cannot write to stdout: {_reason(exc)}") from None
+        raise OutputFailed(f"cannot write to stdout: {_reason(exc)}") from None
 
 
 @contextlib.contextmanager
@@ -547,10 +559,14 @@ def _replacing(path: Path, option: str) -> Iterator[IO[str]]:
         raise CommandFailed(f"{option} {path}: is a directory")
     if mode is not None and not stat.S_ISREG(mode):
         try:
-            with path.open("w", encoding="utf-8") as special:
-                yield special
+            special = path.open("w", encoding="utf-8")
         except OSError as exc:
             raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+        try:
+            with special:
+                yield special
+        except OSError as exc:
+            raise OutputFailed(f"{option} {path}: {_reason(exc)}") from None
         return
     target = path.resolve()
     try:
@@ -569,7 +585,7 @@ def _replacing(path: Path, option: str) -> Iterator[IO[str]]:
         os.replace(temp, target)
         renamed = True
     except OSError as exc:
-        raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+        raise OutputFailed(f"{option} {path}: {_reason(exc)}") from None
     finally:
         if not renamed:
             with contextlib.suppress(OSError):

@@ -39,6 +39,9 @@ from typing import Any
 
 from sidecar.model import TopicPartition
 
+#: The process's exit code when the journal fails and the member stops (EX_SOFTWARE).
+JOURNAL_FAILED_EXIT = 70
+
 #: Seconds a client should wait before retrying after ``MemberBusy`` (the member thread is
 #: usually held by a revoke barrier; a second is enough to find out whether it is free).
 RETRY_AFTER_SECONDS = 1

@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
 from sidecar.commits import TAKEN_TOO_LATE, AppCommit, CommitsInFlight, Told
-from sidecar.errors import CommitFailed, KafkaRefused, MemberGone
+from sidecar.errors import JOURNAL_FAILED_EXIT, CommitFailed, KafkaRefused, MemberGone
 from sidecar.group_calls import (
     ENFORCE_PATTERN,
     commit_failure,
@@ -58,7 +58,6 @@ log = structlog.get_logger("sidecar.member")
 
 _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
-JOURNAL_FAILED_EXIT = 70  # EX_SOFTWARE
 # While Kafka looks unreachable, ask it for metadata this often to notice it is back.
 _CONTACT_PROBE_SECONDS = 5.0
 # A subscription that could not be restored is tried again after this long.

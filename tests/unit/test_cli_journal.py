@@ -225,13 +225,29 @@ def _to_full_disk(*args: str) -> subprocess.CompletedProcess[str]:
         )
 
 
-def test_export_or_settings_to_a_full_disk_is_one_line(tmp_path: Path) -> None:
-    """An OSError traceback (exit 1) before: only a closed pipe was handled."""
+def test_export_or_settings_to_a_full_disk_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """An OSError traceback (exit 1) before: only a closed pipe was handled. Then one line
+    but exit 2, the code for a command given wrong: a script could not tell "fix the
+    command" from "the disk is full". A write that fails part way is exit 1."""
     journal = journal_with(tmp_path / "data", 3000)
     for args in (["journal", "export", "--data-dir", str(journal.parent)], ["settings"]):
         done = _to_full_disk(*args)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 1, done.stderr
         assert done.stderr == "rebalance-sidecar: cannot write to stdout: No space left on device\n"
+    export = ["journal", "export", "--data-dir", str(journal.parent)]
+    into_full = subprocess.run(
+        [sys.executable, "-m", "sidecar", *export, "--output", "/dev/full"],
+        env=BASE_ENV,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert into_full.returncode == 1, into_full.stderr
+    assert into_full.stderr == "rebalance-sidecar: --output /dev/full: No space left on device\n"
+    # A path it cannot use at all is still the command's fault: exit 2.
+    unusable = run({}, *export, "--output", "/")
+    assert unusable.returncode == 2, unusable.stderr
 
 
 def test_settings_into_a_closed_pipe_is_quiet() -> None:
