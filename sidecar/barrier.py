@@ -9,11 +9,11 @@ validated here (``parse_offsets``) and handed back with the outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.handoff import BarrierOutcome
+from sidecar.handoff import BarrierDone, BarrierOutcome
 from sidecar.model import Event, PartitionOffset
 
 
@@ -23,14 +23,16 @@ class RevokeBarrier:
 
     event: Event
     waiting: set[str]
-    done: Callable[[BarrierOutcome], None]
+    done: BarrierDone
     acknowledged: list[str] = field(default_factory=list)
     gave_up: list[str] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     handed_back: list[str] = field(default_factory=list)
 
     def settle(self, sub_id: str, ok: bool, offsets: tuple[PartitionOffset, ...] = ()) -> bool:
-        """Take one subscriber's answer; ``False`` when this barrier was not waiting for it."""
+        """Take one subscriber's answer; ``False`` when this barrier was not waiting for it,
+        or when it was the last answer and the consumer thread had stopped waiting (the
+        loop was too busy to expire the barrier in time): its offsets go nowhere."""
         if sub_id not in self.waiting:
             return False
         self.waiting.discard(sub_id)
@@ -47,7 +49,7 @@ class RevokeBarrier:
             offset = po.offset or 0
             self.offsets[key] = min(self.offsets.get(key, offset), offset)
         if not self.waiting:
-            self.done(self.outcome(timed_out=False))
+            return self.done(self.outcome(timed_out=False))
         return True
 
     def outcome(self, *, timed_out: bool) -> BarrierOutcome:
@@ -67,9 +69,7 @@ class Barriers:
     def __init__(self) -> None:
         self._open: dict[int, RevokeBarrier] = {}
 
-    def open(
-        self, event: Event, waiting: Iterable[str], done: Callable[[BarrierOutcome], None]
-    ) -> None:
+    def open(self, event: Event, waiting: Iterable[str], done: BarrierDone) -> None:
         barrier = RevokeBarrier(event, set(waiting), done)
         if not barrier.waiting:
             done(barrier.outcome(timed_out=False))

@@ -11,7 +11,6 @@ Call it on the running loop (the handoff and the feed belong to it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -21,7 +20,7 @@ from sidecar.delivery import Dispatcher, RetryPolicy
 from sidecar.errors import StartupError
 from sidecar.feed import Feed
 from sidecar.fleet import FleetJournal
-from sidecar.handoff import BarrierOutcome, Handoff
+from sidecar.handoff import BarrierDone, BarrierOutcome, Handoff
 from sidecar.journal import Journal, JournalUnopenable
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, Event, MemberState
@@ -43,7 +42,7 @@ class Fanout:
         if self._fleet is not None:
             self._fleet.wake()
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         self._dispatcher.open_barrier(event, done)
 
     def barrier_expired(self, event: Event) -> BarrierOutcome:

@@ -40,7 +40,8 @@ PASS_OVER_AFTER_SECONDS = 1.0
 # The outcomes that end a subscriber's part in a barrier (the others are on the way).
 _ANSWERS = (DeliveryOutcome.DELIVERED, DeliveryOutcome.GAVE_UP, DeliveryOutcome.DISABLED)
 _LATE_OFFSETS = (
-    "arrived after the revoke barrier expired (or the sidecar restarted): the rebalance "
+    "arrived after the revoke barrier expired (the member stopped waiting, or the sidecar "
+    "restarted): the rebalance "
     "went on and the partitions may belong to another member now; not committed"
 )
 

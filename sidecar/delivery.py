@@ -28,7 +28,7 @@ from sidecar.courier import (
     PostResult,
     sign,
 )
-from sidecar.handoff import BarrierOutcome
+from sidecar.handoff import BarrierDone, BarrierOutcome
 from sidecar.journal import Journal
 from sidecar.metrics import Metrics
 from sidecar.model import DeliveryOutcome, Event, Subscription
@@ -130,7 +130,7 @@ class Dispatcher:
 
     # -- barriers -------------------------------------------------------------------------
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         waiting = [sub_id for sub_id, courier in self._couriers.items() if courier.owes(event)]
         self._barriers.open(event, waiting, done)
 

@@ -52,12 +52,21 @@ class BarrierOutcome:
     timed_out: bool = False
 
 
+#: How a barrier hands its outcome to the consumer thread; ``False`` when the thread had
+#: stopped waiting already (the outcome, offsets and all, went nowhere).
+BarrierDone = Callable[[BarrierOutcome], bool]
+
+# The consumer thread's own mark, set on a barrier's future when it stops waiting: an
+# outcome that comes after it finds the future done and is refused (``done`` → False).
+_ABANDONED = BarrierOutcome(timed_out=True)
+
+
 class LoopSide(Protocol):
     """What the loop side offers the handoff (implemented by the dispatcher/daemon)."""
 
     def on_event(self, event: Event) -> None: ...
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None: ...
+    def open_barrier(self, event: Event, done: BarrierDone) -> None: ...
 
     def barrier_expired(self, event: Event) -> BarrierOutcome: ...
 
@@ -122,10 +131,12 @@ class Handoff:
             return BarrierOutcome()
         future: concurrent.futures.Future[BarrierOutcome] = concurrent.futures.Future()
 
-        def done(outcome: BarrierOutcome) -> None:
-            # The consumer thread may have given up waiting a moment ago.
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
+        def done(outcome: BarrierOutcome) -> bool:
+            try:
                 future.set_result(outcome)
+            except concurrent.futures.InvalidStateError:
+                return False  # the consumer thread stopped waiting a moment ago
+            return True
 
         if not self._call(self._announce, side, event, done):
             return BarrierOutcome()
@@ -154,7 +165,14 @@ class Handoff:
                 # The loop runs callbacks in order: an answer that settled the barrier just
                 # before the expiry ran is in ``future`` by now, offsets and all.
                 return future.result() if future.done() else outcome
-        return future.result() if future.done() else BarrierOutcome(timed_out=True)
+        # The loop did not run the expiry in time (busy). Stop waiting, atomically against
+        # a last answer: one that settled first is taken; one after finds ``_ABANDONED``
+        # and its subscriber's offsets are recorded as rejected, not silently dropped.
+        try:
+            future.set_result(_ABANDONED)
+        except concurrent.futures.InvalidStateError:
+            return future.result()
+        return _ABANDONED
 
     def take_commands(
         self, accept: Callable[[Command[Any]], bool] | None = None
@@ -247,9 +265,7 @@ class Handoff:
                 return None
         return self._snapshot
 
-    def _announce(
-        self, side: LoopSide, event: Event, done: Callable[[BarrierOutcome], None] | None
-    ) -> None:
+    def _announce(self, side: LoopSide, event: Event, done: BarrierDone | None) -> None:
         # Each step runs even if one before it raised (they used to be separate callbacks);
         # the loop's exception handler logs what raised.
         try:

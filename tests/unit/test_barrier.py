@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sidecar.barrier import Barriers, parse_offsets
-from sidecar.handoff import BarrierOutcome
 from sidecar.model import Event, EventType, PartitionOffset, TopicPartition
+from tests.support.outcomes import Outcomes
 
 REVOKED = Event(1, "e1", EventType.REVOKED, b"{}")
 
@@ -15,9 +15,9 @@ def test_two_subscribers_handing_back_one_partition_commit_the_lower_offset() ->
     """Committing the higher offset (as before) skipped, for the slower subscriber, the
     records between the two: it never handled them, and the next owner starts after them.
     The lower offset is what every subscriber has handled: at least once for each."""
-    outcomes: list[BarrierOutcome] = []
+    outcomes = Outcomes()
     barriers = Barriers()
-    barriers.open(REVOKED, ["fast", "slow"], outcomes.append)
+    barriers.open(REVOKED, ["fast", "slow"], outcomes)
     assert barriers.settle(
         "fast", REVOKED, True, (PartitionOffset("t", 0, 90), PartitionOffset("t", 1, 7))
     )

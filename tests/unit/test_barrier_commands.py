@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.commands import EnforceRebalance, EnforceResult, Leave
-from sidecar.handoff import BarrierOutcome, Command, Handoff
+from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
@@ -71,13 +70,13 @@ class _HandlerThatCalls:
 
     def on_event(self, event: Event) -> None: ...
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         if not self.tasks:  # the first revoke only: later ones are acknowledged at once
             self.tasks.append(asyncio.get_running_loop().create_task(self._handle(event, done)))
         else:
             done(BarrierOutcome(acknowledged=("app",)))
 
-    async def _handle(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    async def _handle(self, event: Event, done: BarrierDone) -> None:
         started = time.monotonic()
         answer: object
         try:

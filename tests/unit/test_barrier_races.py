@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.barrier import Barriers
 from sidecar.commands import EnforceRebalance, Leave
 from sidecar.errors import MemberBusy
-from sidecar.handoff import BarrierOutcome, Handoff
+from sidecar.handoff import BarrierDone, BarrierOutcome, Handoff
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
@@ -89,7 +89,7 @@ class _SlowApp:
 
     def on_event(self, event: Event) -> None: ...
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         asyncio.get_running_loop().call_later(
             self.delay, done, BarrierOutcome(acknowledged=("app",))
         )
@@ -155,7 +155,7 @@ def test_an_answer_settled_while_the_expiry_is_in_flight_keeps_its_offsets() -> 
         class LateApp:
             def on_event(self, event: Event) -> None: ...
 
-            def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+            def open_barrier(self, event: Event, done: BarrierDone) -> None:
                 barriers.open(event, ["app"], done)
 
                 def busy_then_answer() -> None:
@@ -173,28 +173,74 @@ def test_an_answer_settled_while_the_expiry_is_in_flight_keeps_its_offsets() -> 
                 )
 
         handoff.attach(LateApp())
-        journal = Journal(Path(tempfile.mkdtemp()), durable=False)
-        try:
-            event = journal.append(
-                EventDraft(
-                    type=EventType.REVOKED,
-                    group_id="g",
-                    member_id="m",
-                    group_instance_id=None,
-                    generation_id=1,
-                    protocol="eager",
-                    partitions=(PartitionOffset("t", 0, None),),
-                    assignment=(),
-                    reason=None,
-                )
-            )
-        finally:
-            journal.close()
-        outcome = await asyncio.to_thread(handoff.await_barrier, event, 0.2)
+        outcome = await asyncio.to_thread(handoff.await_barrier, _revoked_event(), 0.2)
         assert outcome.offsets == offsets, outcome
         assert not outcome.timed_out
 
     asyncio.run(main())
+
+
+def test_an_answer_after_the_member_stopped_waiting_is_refused_not_lost() -> None:
+    """The loop is busy past the member thread's deadline *and* its 2 s wait for the
+    expiry; then the app's 200 with offsets settles the barrier. Nobody waits for that
+    outcome any more: the offsets were dropped without a word (the delivery recorded as
+    delivered, nothing committed). Now the settle says not taken, and the courier records
+    the offsets as rejected (``offsets_rejected``), as for any late answer."""
+    offsets = (PartitionOffset("t", 0, 42),)
+    taken: list[bool] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handoff = Handoff(loop, initial())
+        barriers = Barriers()
+
+        class BusyApp:
+            def on_event(self, event: Event) -> None: ...
+
+            def open_barrier(self, event: Event, done: BarrierDone) -> None:
+                barriers.open(event, ["app"], done)
+
+                def busy_then_answer() -> None:
+                    time.sleep(2.6)  # past the deadline and the thread's wait for expiry
+                    taken.append(barriers.settle("app", event, True, offsets))
+
+                loop.call_later(0.05, busy_then_answer)
+
+            def barrier_expired(self, event: Event) -> BarrierOutcome:
+                barrier = barriers.expire(event)
+                return (
+                    BarrierOutcome(timed_out=True)
+                    if barrier is None
+                    else barrier.outcome(timed_out=True)
+                )
+
+        handoff.attach(BusyApp())
+        outcome = await asyncio.to_thread(handoff.await_barrier, _revoked_event(), 0.2)
+        assert outcome.timed_out and outcome.offsets == (), outcome
+        await asyncio.sleep(0.1)  # the loop ran the answer (and the expiry after it)
+        assert taken == [False], "the answer's offsets were taken by a barrier nobody awaits"
+
+    asyncio.run(main())
+
+
+def _revoked_event() -> Event:
+    journal = Journal(Path(tempfile.mkdtemp()), durable=False)
+    try:
+        return journal.append(
+            EventDraft(
+                type=EventType.REVOKED,
+                group_id="g",
+                member_id="m",
+                group_instance_id=None,
+                generation_id=1,
+                protocol="eager",
+                partitions=(PartitionOffset("t", 0, None),),
+                assignment=(),
+                reason=None,
+            )
+        )
+    finally:
+        journal.close()
 
 
 def test_backoff_survives_a_thousand_attempts() -> None:

@@ -31,6 +31,7 @@ from sidecar.model import (
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, new_secret
 from sidecar.webhook_http import WebhookClient
+from tests.support.outcomes import Outcomes
 from tests.support.receiver import running
 from tests.support.sidecars import free_port
 
@@ -234,9 +235,9 @@ def test_barrier_waits_for_blocking_subscribers_and_hands_back_offsets(tmp_path:
             rig.registry.create(
                 url=other.url, events=None, mode="async", secret=secret, timeout_ms=2000
             )
-            outcomes: list[BarrierOutcome] = []
+            outcomes = Outcomes()
             event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, outcomes.append)
+            rig.dispatcher.open_barrier(event, outcomes)
             await until(lambda: bool(outcomes))
             assert outcomes[0].offsets == (PartitionOffset("t", 1, 9),)
             assert len(outcomes[0].acknowledged) == 1  # only the blocking one gates
@@ -253,9 +254,9 @@ def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> Non
             sub = rig.registry.create(
                 url=slow.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
             )
-            outcomes: list[BarrierOutcome] = []
+            outcomes = Outcomes()
             event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, outcomes.append)
+            rig.dispatcher.open_barrier(event, outcomes)
             expired = rig.dispatcher.barrier_expired(event)
             assert expired.timed_out and expired.waiting == (sub.id,)
             await until(lambda: len(rig.journal.deliveries(sub.id, 10)) == 2)
@@ -339,7 +340,7 @@ def test_offsets_answered_after_the_barrier_expired_are_rejected_not_lost(tmp_pa
                 url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
             )
             event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, lambda outcome: None)
+            rig.dispatcher.open_barrier(event, lambda outcome: True)
             assert rig.dispatcher.barrier_expired(event).waiting == (sub.id,)
             await until(lambda: rig.journal.subscription(sub.id).cursor == event.sequence)  # type: ignore[union-attr]
             log = {d.outcome: d for d in rig.journal.deliveries(sub.id, 10)}
@@ -484,8 +485,8 @@ def test_barriers_follow_registrations_deletions_and_410s(tmp_path: Path) -> Non
             )
             rig.append(assigned())
             await until(lambda: rig.journal.subscription(disabled.id).disabled_reason is not None)  # type: ignore[union-attr]
-            outcomes: list[BarrierOutcome] = []
-            rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+            outcomes = Outcomes()
+            rig.dispatcher.open_barrier(rig.append(revoked()), outcomes)
             assert outcomes == [BarrierOutcome()]  # nobody left to wait for
 
         down = rig.registry.create(
@@ -495,7 +496,7 @@ def test_barriers_follow_registrations_deletions_and_410s(tmp_path: Path) -> Non
             secret=secret,
             timeout_ms=2000,
         )
-        rig.dispatcher.open_barrier(rig.append(revoked()), outcomes.append)
+        rig.dispatcher.open_barrier(rig.append(revoked()), outcomes)
         assert len(outcomes) == 1  # waiting for the new subscription
         assert rig.registry.delete(down.id)
         assert outcomes[1].gave_up == (down.id,)
@@ -583,8 +584,8 @@ def test_a_courier_woken_early_does_not_deliver_an_event_whose_barrier_is_not_op
             await until(lambda: journal.subscription("app").cursor == 1)  # type: ignore[union-attr]
             await asyncio.sleep(0.2)
             assert app.received == []  # held back until announced
-            outcome: list[BarrierOutcome] = []
-            dispatcher.open_barrier(event, outcome.append)
+            outcome = Outcomes()
+            dispatcher.open_barrier(event, outcome)
             dispatcher.announced(event)
             await until(lambda: bool(outcome), timeout=10)
             await dispatcher.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from sidecar.handoff import BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
+from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
 from sidecar.model import Assignment, Event, EventType, MemberState, PartitionOffset
 
 
@@ -43,7 +43,7 @@ class Side:
     def on_event(self, event: Event) -> None:
         self.events.append((threading.current_thread().name, event))
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         if self.answer is not None:
             asyncio.get_running_loop().call_later(0.05, done, self.answer)
 
@@ -155,7 +155,7 @@ def test_a_failing_barrier_still_announces_the_event_and_wakes_the_waiters() -> 
     event = Event(1, "id-1", EventType.REVOKED, b"{}")
 
     class Broken(Side):
-        def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+        def open_barrier(self, event: Event, done: BarrierDone) -> None:
             raise RuntimeError("broken barrier")
 
     async def main() -> None:
@@ -194,10 +194,10 @@ class FastSide(Side):
 
     def __init__(self) -> None:
         super().__init__(None)
-        self.open: Callable[[BarrierOutcome], None] | None = None
+        self.open: BarrierDone | None = None
         self.answers_without_a_barrier = 0
 
-    def open_barrier(self, event: Event, done: Callable[[BarrierOutcome], None]) -> None:
+    def open_barrier(self, event: Event, done: BarrierDone) -> None:
         self.open = done
 
     def on_event(self, event: Event) -> None:
