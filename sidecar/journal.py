@@ -261,7 +261,16 @@ class Journal:
     def aged_out(self, after: int, journaled_before: float) -> tuple[int, int]:
         """The newest event after ``after`` journaled before ``journaled_before`` (epoch
         seconds), and how many events there are up to it: a reader that gives up what it
-        could not read within an age skips to there. ``(after, 0)`` when none is that old."""
+        could not read within an age skips to there. ``(after, 0)`` when none is that old.
+
+        The oldest event after ``after`` is looked up first (by key): when it is not that
+        old (the usual case, read on every turn of the reader's loop), nothing is scanned."""
+        oldest = self._db.execute(
+            "SELECT created_at FROM events WHERE sequence > ? ORDER BY sequence LIMIT 1",
+            (after,),
+        ).fetchone()
+        if oldest is None or oldest[0] >= journaled_before:
+            return after, 0
         (last,) = self._db.execute(
             "SELECT MAX(sequence) FROM events WHERE sequence > ? AND created_at < ?",
             (after, journaled_before),
