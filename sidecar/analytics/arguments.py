@@ -21,7 +21,10 @@ from sidecar.argtypes import bounded_float, bounded_int
 
 from . import session as sessions
 from .events import KafkaInput, is_kafka_url
-from .paths import local_path
+from .output import REPORT_NAME
+from .paths import Lister, child, list_local, local_path
+from .streaming import CHECKPOINT_DIR, EVENTS_DIR
+from .tables import TABLE_NAMES
 
 #: The job failed once started (Spark's first line of the error).
 EXIT_FAILED = 1
@@ -29,7 +32,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CODES = (
     "Exit codes: 0 done; 1 the job failed once started; 2 bad arguments or inputs "
-    "(an option's value, a missing input path, an output that cannot be a directory), "
+    "(an option's value, a missing input path, an output that cannot be a directory, "
+    "or that holds other files, without --overwrite), "
     "refused before Spark starts. Errors are one line on stderr."
 )
 
@@ -111,6 +115,8 @@ def check_job(args: argparse.Namespace, managed: bool) -> None:
     if managed:
         return
     _check_output("--output", args.output)
+    if local_path(args.output) is not None:
+        check_replaceable(args, list_local, convert=False)
     if args.stream and args.checkpoint is not None:
         _check_output("--checkpoint", args.checkpoint)
     if args.kafka_jars is not None and not args.kafka_jars.is_dir():
@@ -140,6 +146,8 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
                     f"--output {args.output}: overlaps --input {text} "
                     "(convert replaces the whole output directory)"
                 )
+    if local is not None:
+        check_replaceable(args, list_local, convert=True)
     _check_master(args.master)
     _check_driver_memory(args.driver_memory)
 
@@ -197,6 +205,62 @@ def _check_output(option: str, given: str) -> None:
         if not os.access(existing, os.W_OK | os.X_OK):
             raise UsageError(f"{option} {given}: permission denied")
         return
+
+
+def check_replaceable(args: argparse.Namespace, lister: Lister, *, convert: bool) -> None:
+    """Without ``--overwrite``, an existing ``--output`` must be empty or look like an
+    earlier output of the same command: ``convert`` replaces the whole directory, the job
+    its tables, ``report.html`` (and, streaming, ``_events``) in it. ``lister`` reaches
+    the output's file system (this machine's, or Hadoop's for a URI)."""
+    if args.overwrite:
+        return
+    entries = lister(args.output)
+    if not entries:  # missing, or empty (not a directory: refused elsewhere)
+        return
+    if convert and not _parquet_dataset(lister, args.output, entries):
+        raise UsageError(
+            f"--output {args.output}: not empty and not a Parquet dataset convert wrote "
+            "(convert replaces the whole directory); pass --overwrite to replace it"
+        )
+    if not convert and not _job_output(lister, args.output, entries):
+        raise UsageError(
+            f"--output {args.output}: not empty and not an earlier output of the job "
+            "(it replaces its tables and report.html there); pass --overwrite to write there"
+        )
+
+
+def _parquet_dataset(lister: Lister, where: str, entries: list[tuple[str, bool]] | None) -> bool:
+    """Only what Spark writes for a Parquet dataset: ``part-*`` files, ``_SUCCESS``, their
+    hidden ``.crc`` checksums, a failed write's ``_temporary``, ``key=value``
+    partition directories holding the same."""
+    if entries is None:
+        return False
+    for name, is_dir in entries:
+        if not is_dir:
+            written = name == "_SUCCESS" or name.startswith("part-")
+            if not written and not (name.startswith(".") and name.endswith(".crc")):
+                return False
+        elif name != "_temporary" and not (
+            "=" in name
+            and not name.startswith(("_", "."))
+            and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
+        ):
+            return False
+    return True
+
+
+def _job_output(lister: Lister, where: str, entries: list[tuple[str, bool]]) -> bool:
+    """Only what the job (batch or streaming) writes under its ``--output``."""
+    for name, is_dir in entries:
+        if name in {*TABLE_NAMES, EVENTS_DIR}:
+            ok = is_dir and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
+        elif name == CHECKPOINT_DIR:
+            ok = is_dir
+        else:
+            ok = not is_dir and name in {REPORT_NAME, f"{REPORT_NAME}.partial"}
+        if not ok:
+            return False
+    return True
 
 
 def _check_kafka_url(text: str) -> None:

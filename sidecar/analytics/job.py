@@ -39,6 +39,7 @@ from .arguments import (
     UsageError,
     check_convert,
     check_job,
+    check_replaceable,
     dir_path,
     driver_memory,
     kafka_jars,
@@ -47,7 +48,7 @@ from .arguments import (
 )
 from .events import is_kafka_url, read_normalized, write_parquet_events
 from .output import REPORT_NAME, refresh, step
-from .paths import PathOrUri, child
+from .paths import PathOrUri, child, hadoop_lister, local_path
 from .streaming import StreamOptions, run_stream
 from .tables import TABLE_NAMES
 
@@ -84,7 +85,9 @@ def parser() -> argparse.ArgumentParser:
         prog="rebalance-sidecar analytics",
         description=(
             "Build fleet rebalance tables (Parquet: rebalances, ownership, downtime, "
-            "members, summary, delivery) and report.html from sidecar events."
+            "members, summary, delivery) and report.html from sidecar events. They "
+            "replace their namesakes in --output, which, if it exists, must be empty or "
+            "hold only an earlier output of the job, or --overwrite be given."
         ),
         epilog=(
             "`rebalance-sidecar analytics convert --input X.jsonl --output X.parquet` "
@@ -101,7 +104,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH_OR_URL",
         help="JSONL/Parquet files or directories, or kafka://host:port/topic",
     )
-    _output_option(p, "output directory")
+    _output_option(
+        p,
+        "output directory",
+        "write into an --output that holds other files too (they stay; only the "
+        "tables' and report.html's namesakes are replaced)",
+    )
     p.add_argument(
         "--master",
         default="local[*]",
@@ -164,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _output_option(p: argparse.ArgumentParser, what: str) -> None:
+def _output_option(p: argparse.ArgumentParser, what: str, overwrite: str) -> None:
     p.add_argument(
         "--output",
         "-o",
@@ -173,6 +181,7 @@ def _output_option(p: argparse.ArgumentParser, what: str) -> None:
         metavar="PATH_OR_URI",
         help=f"{what}: a local path, or a URI Spark can write (s3a://, hdfs://, file://)",
     )
+    p.add_argument("--overwrite", action="store_true", help=overwrite)
 
 
 def _session(args: argparse.Namespace, managed: bool) -> SparkSession:
@@ -206,7 +215,10 @@ def convert_parser() -> argparse.ArgumentParser:
         description=(
             "Convert JSONL event archives to Parquet (the raw CloudEvent form with a "
             "`data` struct and `time` as a timestamp), the fast input of the job. "
-            "Records that the job would drop are dropped here too."
+            "Records that the job would drop are dropped here too. It replaces the whole "
+            "--output directory: one that exists must be empty or an earlier convert "
+            "output (a Parquet dataset: part-* files, _SUCCESS, .crc files, key=value "
+            "directories), or --overwrite be given."
         ),
         epilog=EXIT_CODES,
     )
@@ -220,7 +232,12 @@ def convert_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="JSONL (or Parquet) files or directories",
     )
-    _output_option(p, "Parquet directory to write")
+    _output_option(
+        p,
+        "Parquet directory to write",
+        "replace an --output that holds anything but an earlier convert output "
+        "(everything in it is deleted)",
+    )
     p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
     p.add_argument(
         "--driver-memory",
@@ -245,6 +262,7 @@ def convert_main(argv: Sequence[str], *, managed_session: bool = False) -> int:
             else sessions.build_session(master=args.master, driver_memory=args.driver_memory)
         )
         spark.sparkContext.setLogLevel("ERROR")
+        _check_output_there(spark, args, managed_session, convert=True)
         started = time.monotonic()
         with step(spark, "convert"):
             write_parquet_events(spark, args.input, args.output)
@@ -267,6 +285,16 @@ def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) ->
         return _run(args, managed_session)
     except (JobError, ValueError, PySparkException, Py4JError) as error:
         return _failed(error)
+
+
+def _check_output_there(
+    spark: SparkSession, args: argparse.Namespace, managed: bool, *, convert: bool
+) -> None:
+    """The --overwrite rule for an output only Hadoop reaches (a URI; under spark-submit
+    also a path without a scheme, on the cluster's default file system); a local one
+    was checked before the session started."""
+    if managed or local_path(args.output) is None:
+        check_replaceable(args, hadoop_lister(spark), convert=convert)
 
 
 def _refuse(message: str) -> int:
@@ -300,6 +328,7 @@ def _run(args: argparse.Namespace, managed_session: bool) -> int:
     output: str = args.output
     spark = _session(args, managed_session)
     spark.sparkContext.setLogLevel("ERROR")
+    _check_output_there(spark, args, managed_session, convert=False)
     if args.stream:
         options = StreamOptions(
             inputs=tuple(args.input),

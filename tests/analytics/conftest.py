@@ -58,6 +58,18 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture
+def no_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting a Spark session (a local one, or spark-submit's) fails the test."""
+    from sidecar.analytics import session
+
+    def refuse(*args: object, **kwargs: object) -> SparkSession:
+        raise AssertionError("a Spark session was started for arguments known to be bad")
+
+    monkeypatch.setattr(session, "build_session", refuse)
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse)
+
+
 def canonical(rows: Rows) -> list[tuple[Any, ...]]:
     """Rows in a fixed order; floats to the microsecond (sums may add in another order)."""
 

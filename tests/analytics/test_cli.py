@@ -90,3 +90,106 @@ def test_a_report_to_a_uri_is_written_through_hadoop(spark: SparkSession, tmp_pa
     assert {p.name for p in target.parent.iterdir() if not p.name.startswith(".")} == {
         "report.html"
     }
+
+
+def parquet_dataset(where: Path, *, partitioned: bool = False) -> Path:
+    """The files Spark leaves for a Parquet dataset (names only)."""
+    where.mkdir(parents=True)
+    for name in ("_SUCCESS", "._SUCCESS.crc"):
+        (where / name).touch()
+    part = where / "k=1" if partitioned else where
+    part.mkdir(exist_ok=True)
+    for name in ("part-00000-a.snappy.parquet", ".part-00000-a.snappy.parquet.crc"):
+        (part / name).touch()
+    return where
+
+
+def unrelated(where: Path) -> Path:
+    """A directory of someone's files (a home directory, say)."""
+    (where / "notes").mkdir(parents=True)
+    (where / "notes" / "todo.txt").write_text("keep me")
+    (where / ".profile").write_text("keep me")
+    return where
+
+
+def refusal(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = main(arguments)
+    err = capsys.readouterr().err
+    assert code == 2, (arguments, err)
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_an_output_that_holds_other_files_is_refused_before_spark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None
+) -> None:
+    """convert replaced whatever directory --output named (``--output ~`` emptied the home
+    directory); the job replaced any ``summary``, ``members``... in it. Refused, one
+    line, exit 2, nothing touched, unless --overwrite."""
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    home = unrelated(tmp_path / "home")
+    err = refusal(["convert", "-i", events, "-o", str(home)], capsys)
+    assert err.startswith(f"error: --output {home}: not empty and not a Parquet dataset")
+    assert "--overwrite" in err
+    err = refusal(["-i", events, "-o", str(home)], capsys)
+    assert err.startswith(f"error: --output {home}: not empty and not an earlier output")
+    partition_of_notes = parquet_dataset(tmp_path / "almost", partitioned=True)
+    (partition_of_notes / "k=1" / "notes.txt").touch()
+    refusal(["convert", "-i", events, "-o", str(partition_of_notes)], capsys)
+    shadowed = tmp_path / "shadowed"
+    (shadowed / "summary").mkdir(parents=True)
+    (shadowed / "summary" / "q3.xlsx").touch()
+    refusal(["-i", events, "-o", str(shadowed)], capsys)
+    assert (home / "notes" / "todo.txt").read_text() == "keep me"
+    assert (home / ".profile").is_file()
+
+
+def test_outputs_that_may_be_replaced(tmp_path: Path) -> None:
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    (tmp_path / "empty").mkdir()
+    earlier_job = tmp_path / "earlier-job"
+    for name in TABLE_NAMES:
+        parquet_dataset(earlier_job / name)
+    parquet_dataset(earlier_job / "_events")
+    (earlier_job / "_checkpoint" / "offsets").mkdir(parents=True)
+    (earlier_job / "_checkpoint" / "offsets" / "0").touch()
+    (earlier_job / "report.html").touch()
+    converted = [
+        tmp_path / "missing",
+        tmp_path / "empty",
+        parquet_dataset(tmp_path / "plain"),
+        parquet_dataset(tmp_path / "partitioned", partitioned=True),
+    ]
+    (converted[2] / "_temporary" / "0").mkdir(parents=True)  # a failed write's leftovers
+    for output in converted:
+        check_convert(convert_parser().parse_args(["-i", events, "-o", str(output)]), False)
+    for output in (tmp_path / "missing", tmp_path / "empty", earlier_job):
+        check_job(parser().parse_args(["-i", events, "-o", str(output)]), False)
+    home = str(unrelated(tmp_path / "home"))
+    check_convert(convert_parser().parse_args(["-i", events, "-o", home, "--overwrite"]), False)
+    check_job(parser().parse_args(["-i", events, "-o", home, "--overwrite"]), False)
+
+
+@pytest.mark.spark
+def test_outputs_spark_wrote_are_replaced_and_others_refused_on_any_file_system(
+    spark: SparkSession, small_fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real outputs, written twice, are earlier outputs; under spark-submit (and for a
+    URI) the check goes through Hadoop once the session is up, and refuses alike."""
+    fleet = str(small_fleet)
+    parquet, out = str(tmp_path / "fleet.parquet"), str(tmp_path / "out")
+    for _ in range(2):
+        assert main(["convert", "-i", fleet, "-o", parquet, "--master", "local[2]"]) == 0
+        assert main(["-i", parquet, "-o", out, "--master", "local[2]"]) == 0
+    capsys.readouterr()
+    home = unrelated(tmp_path / "home")
+    for arguments in (["convert", "-i", fleet, "-o", str(home)], ["-i", fleet, "-o", str(home)]):
+        code = main(arguments, managed_session=True)
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith(f"error: --output {home}: not empty and not "), err
+    assert (home / "notes" / "todo.txt").read_text() == "keep me"
+    overwritten = ["convert", "-i", fleet, "-o", f"file://{home}", "--overwrite"]
+    assert main(overwritten, managed_session=True) == 0
+    assert not (home / "notes").exists()
+    assert any(home.glob("*.parquet"))

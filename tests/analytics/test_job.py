@@ -66,18 +66,6 @@ def test_missing_input_is_an_error_not_a_traceback(
     assert capsys.readouterr().err == f"error: --input {missing}: No such file or directory\n"
 
 
-@pytest.fixture
-def no_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Starting a Spark session (a local one, or spark-submit's) fails the test."""
-    from sidecar.analytics import session
-
-    def refuse(*args: object, **kwargs: object) -> SparkSession:
-        raise AssertionError("a Spark session was started for arguments known to be bad")
-
-    monkeypatch.setattr(session, "build_session", refuse)
-    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse)
-
-
 def bad_arguments(tmp: Path) -> list[tuple[list[str], str]]:
     """(arguments, the start of the message after ``error: ``) for arguments that are
     known to be bad before anything starts."""
