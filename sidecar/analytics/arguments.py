@@ -306,10 +306,43 @@ def _physical_memory() -> int | None:
         return None
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_memory_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """The memory limit of this process's container: cgroup v2's ``memory.max``, else
+    v1's ``memory.limit_in_bytes`` (at the root or under ``memory/``); None when there
+    is none (``max``, no such file, or v1's "unlimited", a number past any machine's
+    memory, which the physical memory then undercuts)."""
+    for file in (
+        root / "memory.max",
+        root / "memory.limit_in_bytes",
+        root / "memory" / "memory.limit_in_bytes",
+    ):
+        try:
+            value = file.read_text().strip()
+        except OSError:
+            continue
+        if value == "max":
+            return None
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def memory_available(root: Path = CGROUP_ROOT) -> int | None:
+    """What a local driver may use: the machine's memory or the container's limit,
+    whichever is smaller."""
+    known = [m for m in (_physical_memory(), cgroup_memory_limit(root)) if m is not None]
+    return min(known, default=None)
+
+
 def _check_driver_memory(memory: str) -> None:
-    """A local driver's heap must fit the machine (the JVM would not even start)."""
-    size, total = _memory_bytes(memory), _physical_memory()
+    """A local driver's heap must fit the machine, or its container (the JVM would not
+    even start, or be killed for memory)."""
+    size, total = _memory_bytes(memory), memory_available(CGROUP_ROOT)
     if size is not None and total is not None and size > total:
         raise UsageError(
-            f"--driver-memory {memory}: more than this machine's memory ({total >> 20}m)"
+            f"--driver-memory {memory}: more than this machine's or container's memory "
+            f"({total >> 20}m)"
         )

@@ -193,3 +193,42 @@ def test_outputs_spark_wrote_are_replaced_and_others_refused_on_any_file_system(
     assert main(overwritten, managed_session=True) == 0
     assert not (home / "notes").exists()
     assert any(home.glob("*.parquet"))
+
+
+def test_the_container_memory_limit_is_read_from_cgroup_files(tmp_path: Path) -> None:
+    from sidecar.analytics.arguments import cgroup_memory_limit
+
+    v2, v1, v1_mounted, none = (tmp_path / n for n in ("v2", "v1", "v1m", "none"))
+    for directory in (v2, v1, v1_mounted / "memory", none):
+        directory.mkdir(parents=True)
+    (v2 / "memory.max").write_text("1073741824\n")
+    (v1 / "memory.limit_in_bytes").write_text("536870912\n")
+    (v1_mounted / "memory" / "memory.limit_in_bytes").write_text("268435456\n")
+    assert cgroup_memory_limit(v2) == 2**30
+    assert cgroup_memory_limit(v1) == 2**29
+    assert cgroup_memory_limit(v1_mounted) == 2**28
+    assert cgroup_memory_limit(none) is None
+    (v2 / "memory.max").write_text("max\n")
+    assert cgroup_memory_limit(v2) is None
+
+
+def test_driver_memory_must_fit_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check compared with the host's memory only: in a 1 GiB container --driver-memory
+    4g passed, and the JVM was killed for memory. The smaller of the two counts."""
+    from sidecar.analytics import arguments
+
+    (tmp_path / "memory.max").write_text(f"{2**30}\n")
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 64 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    args = ["-i", events, "-o", str(tmp_path / "out"), "--driver-memory"]
+    with pytest.raises(arguments.UsageError, match=r"--driver-memory 4g: more than .*\(1024m\)"):
+        check_job(parser().parse_args([*args, "4g"]), managed=False)
+    check_job(parser().parse_args([*args, "1g"]), managed=False)
+    (tmp_path / "memory.max").write_text("max\n")
+    check_job(parser().parse_args([*args, "4g"]), managed=False)
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 2 * 2**30)
+    with pytest.raises(arguments.UsageError, match=r"\(2048m\)"):
+        check_job(parser().parse_args([*args, "4g"]), managed=False)
