@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import tomllib
 import zipfile
@@ -118,10 +119,18 @@ def helm_template(
     )
 
 
-def render(*args: str | Path, kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
+def is_test_hook(doc: dict[str, Any]) -> bool:
+    return bool(doc["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
+
+
+def render(
+    *args: str | Path, kube_version: str = KUBE_VERSION, tests: bool = False
+) -> list[dict[str, Any]]:
+    """What `helm install` creates; with tests=True also the `helm test` hooks."""
     result = helm_template(*args, kube_version=kube_version)
     assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return [doc for doc in docs if tests or not is_test_hook(doc)]
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -726,7 +735,17 @@ def test_network_policy_opens_the_admin_port_to_monitoring_only(tools: None) -> 
             "podSelector": {},
         },
         {"ipBlock": {"cidr": "10.0.0.0/16"}},
+        # The `helm test` pod, and nothing else of the namespace.
+        {"podSelector": {"matchLabels": {"rebalance-sidecar.io/test": "rs-rebalance-sidecar"}}},
     ]
+    test_pod = one(render("--values", CHART / "ci" / "monitoring-values.yaml", tests=True), "Pod")
+    assert {"rebalance-sidecar.io/test": "rs-rebalance-sidecar"}.items() <= test_pod["metadata"][
+        "labels"
+    ].items()
+    untested = render(
+        "--values", CHART / "ci" / "monitoring-values.yaml", "--set", "tests.enabled=false"
+    )
+    assert one(untested, "NetworkPolicy")["spec"]["ingress"][0]["from"] == admin["from"][:2]
     assert app == {"ports": [{"port": "http", "protocol": "TCP"}]}
     opened = [p["port"] for rule in policy["ingress"] for p in rule["ports"]]
     assert 8080 not in opened  # the control API stays closed
@@ -876,6 +895,140 @@ def test_notes_tell_how_to_curl_the_sidecar(tools: None, tmp_path: Path) -> None
     assert "terminationGracePeriodSeconds is 90s" in notes
 
 
+def helm_test_hooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if is_test_hook(d)]
+
+
+def test_helm_test_hook_checks_the_sidecars_readiness(tools: None, tmp_path: Path) -> None:
+    """`helm test` had nothing to run. The hook: a headless Service of its own (not-ready
+    pods too, weight -1) and a Pod that asks each sidecar's /readyz on the admin port."""
+    docs = render(*REQUIRED, tests=True)
+    assert not helm_test_hooks(render(*REQUIRED))  # not what `helm install` creates
+    hooks = helm_test_hooks(docs)
+    assert [h["kind"] for h in hooks] == ["Service", "Pod"]
+    service, pod = hooks
+    for hook in hooks:
+        annotations = hook["metadata"]["annotations"]
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert int(service["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        pod["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )  # the Service exists before the Pod resolves it
+    deployment = one(docs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True  # the failing pods too
+    assert service["spec"]["ports"] == [
+        {"name": "admin", "port": 8081, "targetPort": "admin", "protocol": "TCP"}
+    ]
+    # Nothing selects the test pod: not the workload, not the budget.
+    labels = pod["metadata"]["labels"]
+    for selector in (
+        deployment["spec"]["selector"]["matchLabels"],
+        one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        service["spec"]["selector"],
+    ):
+        assert not selector.items() <= labels.items(), selector
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    (check,) = spec["containers"]
+    sidecar = container(pod_spec(docs)["initContainers"], "rebalance-sidecar")
+    assert check["image"] == sidecar["image"]  # no image the chart did not already pull
+    assert check["command"][0] == "python3"
+    env = {e["name"]: e["value"] for e in check["env"]}
+    assert env == {
+        "TARGET_HOST": service["metadata"]["name"],
+        "ADMIN_PORT": "8081",
+        "EXPECTED_PODS": str(deployment["spec"]["replicas"]),
+        "TIMEOUT_SECONDS": "120",
+    }
+    assert check["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    # Valid against the Kubernetes schemas, offline.
+    rendered = tmp_path / "hooks.yaml"
+    rendered.write_text(yaml.safe_dump_all(hooks))
+    result = run(SCRIPT, "validate", rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2/2 resources valid" in result.stdout
+
+
+def test_helm_test_hook_takes_its_own_image_and_can_be_disabled(tools: None) -> None:
+    def image(*args: str) -> str:
+        (pod,) = [
+            h for h in helm_test_hooks(render(*REQUIRED, *args, tests=True)) if h["kind"] == "Pod"
+        ]
+        value: str = pod["spec"]["containers"][0]["image"]
+        return value
+
+    assert image("--set", "sidecar.image.digest=sha256:" + "a" * 64) == (
+        "rebalance-sidecar@sha256:" + "a" * 64
+    )
+    assert image(
+        "--set", "tests.image.repository=python", "--set", "tests.image.tag=3.12-alpine"
+    ) == ("python:3.12-alpine")
+    assert (
+        image(
+            "--set",
+            "tests.image.repository=python",
+            "--set",
+            "global.imageRegistry=mirror.example.com",
+        )
+        == "mirror.example.com/python:latest"
+    )
+    assert not helm_test_hooks(render(*REQUIRED, "--set", "tests.enabled=false", tests=True))
+    assert not helm_test_hooks(render(*REQUIRED, "--set", "workload.enabled=false", tests=True))
+    for setting, complaint in (
+        ("tests.timeoutSeconds=0", "tests/timeoutSeconds"),
+        ("tests.image.pullPolicy=Sometimes", "tests/image/pullPolicy"),
+        ("tests.imag.tag=1", "'imag' not allowed"),
+    ):
+        result = helm_template(*REQUIRED, "--set", setting)
+        assert result.returncode != 0, setting
+        assert complaint in result.stderr, setting
+
+
+def test_helm_test_pod_passes_only_when_every_sidecar_is_ready(
+    tools: None, drain_recorder: DrainRecorder
+) -> None:
+    """Run the rendered test container's command here, against a stand-in sidecar."""
+    server = drain_recorder
+    docs = render(
+        *REQUIRED,
+        "--set",
+        f"sidecar.admin.port={server.port}",
+        "--set",
+        "tests.timeoutSeconds=1",
+        "--set",
+        "workload.replicas=1",
+        tests=True,
+    )
+    (pod,) = [h for h in helm_test_hooks(docs) if h["kind"] == "Pod"]
+    check = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in check["env"]}
+    assert env["ADMIN_PORT"] == str(server.port)
+
+    def run_check(**override: str) -> subprocess.CompletedProcess[str]:
+        # The Service's name resolves to the pod IPs in the cluster; here, to this host.
+        environ = {**env, "TARGET_HOST": "127.0.0.1", **override}
+        command = [sys.executable, *check["command"][1:], *check["args"]]
+        return run(*command, env=environ)
+
+    passed = run_check()
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "all 1 sidecars are ready: 127.0.0.1" in passed.stdout
+    # Fewer pods answer than the workload has replicas: not done.
+    short = run_check(EXPECTED_PODS="2")
+    assert short.returncode == 1, short.stdout
+    server.readyz_status = 503
+    failed = run_check()
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert '127.0.0.1: 503 {"ok": false, "reason": "not joined"}' in failed.stdout
+    unknown = run_check(TARGET_HOST="no-such-host.invalid")
+    assert unknown.returncode == 1
+    assert "no-such-host.invalid:" in unknown.stdout
+
+
 def test_chart_image_tag_is_the_app_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -1013,10 +1166,12 @@ def test_manifests_give_the_example_app_only_variables_it_reads(tools: None) -> 
 
 
 class DrainRecorder:
-    """A stand-in for the sidecar's admin listener that records drain requests."""
+    """A stand-in for the sidecar's admin listener that records drain requests (and
+    answers /readyz with readyz_status)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str | None]] = []
+        self.readyz_status = 200
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -1024,9 +1179,15 @@ class DrainRecorder:
                 pass
 
             def do_GET(self) -> None:
-                recorder.requests.append(("GET", self.path, self.headers.get("X-Drain-Token")))
-                body = b'{"drained": true}'
-                self.send_response(200)
+                status, body = 200, b'{"drained": true}'
+                if self.path == "/readyz":
+                    status = recorder.readyz_status
+                    body = b'{"ok": true, "reason": "joined"}'
+                    if status != 200:
+                        body = b'{"ok": false, "reason": "not joined"}'
+                else:
+                    recorder.requests.append(("GET", self.path, self.headers.get("X-Drain-Token")))
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
