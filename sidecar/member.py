@@ -397,9 +397,7 @@ class GroupMember:
         if isinstance(command, Commit):
             return self._commit_for_app(command, pending if between_polls else None)
         if isinstance(command, EnforceRebalance):
-            if not between_polls:
-                return self._enforce_in_barrier(command.reason)
-            return self._enforce(command.reason)
+            return self._enforce(command.reason, in_barrier=not between_polls)
         if isinstance(command, Leave):
             self._leaving.set()
             self._close(reason=command.reason)
@@ -494,13 +492,19 @@ class GroupMember:
                 in_flight=len(self._commits),
             )
 
-    def _enforce(self, reason: str) -> EnforceResult:
-        if self._consumer is None:
+    def _enforce(self, reason: str, *, in_barrier: bool) -> EnforceResult:
+        """Between polls, or inside a barrier (``_serve_in_barrier``: nothing is asked of
+        the consumer inside its own callback; the membership answers "coalesced")."""
+        if self._consumer is None or (in_barrier and self._closing):
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        outcome, draft = self._core.enforce(reason, time.monotonic())
+        outcome, draft = self._core.enforce(reason, time.monotonic(), in_barrier=in_barrier)
         if outcome is EnforceOutcome.COALESCED or draft is None:
             self._metrics.enforced.labels("coalesced").inc()
-            self._log.info("enforce-rebalance joined the rebalance under way", reason=reason)
+            self._log.info(
+                "enforce-rebalance joined the rebalance under way",
+                reason=reason,
+                in_barrier=in_barrier,
+            )
             return EnforceResult(self._core.generation, started=False)
         assert self._consumer is not None
         try:
@@ -515,20 +519,6 @@ class GroupMember:
         self._metrics.enforced.labels("started").inc()
         self._log.info("enforce-rebalance: rejoining the group", reason=reason)
         return EnforceResult(self._core.generation, started=True)
-
-    def _enforce_in_barrier(self, reason: str) -> EnforceResult:
-        """An enforce taken inside a revoke barrier (``_serve_in_barrier``): the group is
-        rebalancing already (a revoke, or a loss this member rejoins after), so it joins
-        that rebalance (KIP-568), as ``Membership.enforce`` does between polls while one is
-        under way. Nothing is asked of the consumer inside its own callback."""
-        if self._consumer is None or self._closing:
-            raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        self._metrics.enforced.labels("coalesced").inc()
-        self._log.info(
-            "enforce-rebalance joined the rebalance under way (asked inside its barrier)",
-            reason=reason,
-        )
-        return EnforceResult(self._core.generation, started=False)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -226,13 +226,21 @@ class Membership:
 
     # -- requests from the application -------------------------------------------------
 
-    def enforce(self, reason: str, now: float) -> tuple[EnforceOutcome, EventDraft | None]:
-        """``POST /enforce-rebalance``: start one, or join the one under way (KIP-568)."""
+    def enforce(
+        self, reason: str, now: float, *, in_barrier: bool = False
+    ) -> tuple[EnforceOutcome, EventDraft | None]:
+        """``POST /enforce-rebalance``: start one, or join the one under way (KIP-568).
+
+        ``in_barrier``: asked while a revoke or lost barrier holds the member (its
+        application's handler asked): the group is rebalancing already (a revoke, or a loss
+        the member rejoins after), so it joins that one, as Java's ``enforceRebalance()``
+        from ``onPartitionsRevoked``; starting one would wait for its own barrier."""
         if self.member_id is None or self.state in (MemberState.STARTING, MemberState.STOPPED):
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
-        if self._enforce_pending(now) or self.state in (
-            MemberState.REBALANCING,
-            MemberState.JOINING,
+        if (
+            in_barrier
+            or self._enforce_pending(now)
+            or self.state in (MemberState.REBALANCING, MemberState.JOINING)
         ):
             return EnforceOutcome.COALESCED, None
         self._before_enforce = (self._enforce_reason, self._enforced_at, self._rebalance_started)

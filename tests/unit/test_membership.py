@@ -172,6 +172,26 @@ def test_enforce_refused_before_joining_and_coalesced_while_rebalancing() -> Non
     assert core.enforce("x", now=2.0)[0] is EnforceOutcome.COALESCED
 
 
+def test_an_enforce_inside_a_barrier_joins_the_rebalance_and_starts_none() -> None:
+    """Asked from the application's revoke or lost handler, while the barrier holds the
+    member: the group rebalances already (a revoke; a loss the member rejoins after), so
+    the enforce joins it, with no ``requested`` event; the core decides that, as for
+    an enforce between polls, and refuses it the same way once the member stopped."""
+    core = member("eager")
+    core.identify("m1", 1)
+    core.assigned((po(0),), now=1.0)
+    core.taken([tp(0)], EventType.LOST, now=2.0)
+    assert core.state is MemberState.LOST
+    assert core.enforce("from on_lost", now=2.1, in_barrier=True) == (
+        EnforceOutcome.COALESCED,
+        None,
+    )
+    assert core.reason(2.2) is None  # nothing was started: no event carries this reason
+    core.stopped()
+    with pytest.raises(NotInGroup):
+        core.enforce("x", now=3.0, in_barrier=True)
+
+
 def test_an_enforce_that_never_completed_stops_coalescing_and_giving_its_reason() -> None:
     core = member("cooperative")
     core.identify("m1", 1)
