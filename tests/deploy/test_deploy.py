@@ -596,6 +596,24 @@ def test_pod_disruption_budget_lets_pods_that_never_joined_be_evicted(tools: Non
         assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow", overlay
 
 
+def test_deployments_replace_one_pod_at_a_time_and_keep_every_member(tools: None) -> None:
+    """The Deployment's strategy was Kubernetes' default (25 % unavailable, 25 % surge):
+    from 4 replicas on, a rollout drained several members at once (stacked rebalances,
+    fewer members while it ran). Chart and kustomize now surge one pod and take none away."""
+    one_at_a_time = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert one(render(*REQUIRED), "Deployment")["spec"]["strategy"] == one_at_a_time
+    for overlay in ("base", "overlays/classic-sidecar"):
+        result = run(KUSTOMIZE, "build", REPO / "deploy" / "kubernetes" / overlay)
+        assert result.returncode == 0, result.stderr
+        docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+        assert one(docs, "Deployment")["spec"]["strategy"] == one_at_a_time, overlay
+    # workload.updateStrategy replaces it; StatefulSets keep their own default (no surge).
+    recreate = render(*REQUIRED, "--set", "workload.updateStrategy.type=Recreate")
+    assert one(recreate, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    statefulset = one(render(*REQUIRED, "--set", "workload.kind=StatefulSet"), "StatefulSet")
+    assert "updateStrategy" not in statefulset["spec"]
+
+
 def test_app_gets_only_sidecar_scoped_variables_and_never_a_name_twice(
     tools: None, tmp_path: Path
 ) -> None:
