@@ -19,21 +19,20 @@ from pathlib import Path
 
 from bench.common import Context, SectionResult, Table, compare, ms, percentile, ratio
 from sidecar.journal import Journal
-from sidecar.model import EventDraft, EventType, PartitionOffset, TopicPartition, encode
+from sidecar.model import EventDraft, PartitionOffset, TopicPartition, encode
+from sidecar.testkit.events import draft
 
 PARTITIONS = tuple(PartitionOffset("orders", p, 1000 + p) for p in range(0, 24, 3))
 
 
 def _draft() -> EventDraft:
-    return EventDraft(
-        type=EventType.ASSIGNED,
+    return draft(
+        partitions=PARTITIONS,
+        assignment=(TopicPartition(p.topic, p.partition) for p in PARTITIONS),
         group_id="bench-journal",
         member_id="rdkafka-00000000-bench",
         group_instance_id="bench-0",
         generation_id=7,
-        protocol="eager",
-        partitions=PARTITIONS,
-        assignment=tuple(TopicPartition(p.topic, p.partition) for p in PARTITIONS),
         reason="benchmark",
     )
 

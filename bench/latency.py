@@ -40,8 +40,9 @@ from bench.common import Context, SectionResult, Table, Target, compare, ms, per
 from bench.receiver import ReceiverProcess, Record
 from sidecar.delivery import sign
 from sidecar.journal import Journal
-from sidecar.model import EventDraft, EventType, PartitionOffset
+from sidecar.model import EventType, PartitionOffset
 from sidecar.subscriptions import new_secret
+from sidecar.testkit.events import draft
 from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar, wait_until
 from sidecar.webhook_http import WebhookClient
@@ -179,20 +180,16 @@ def _journal_appends(ctx: Context, gap: float) -> list[float]:
     durations = []
     try:
         for _ in range(APPENDS):
-            draft = EventDraft(
-                type=EventType.REVOKED,
+            revoked = draft(
+                EventType.REVOKED,
+                taken,
                 group_id="bench-latency",
                 member_id="rdkafka-bench",
-                group_instance_id=None,
                 generation_id=7,
-                protocol="eager",
-                partitions=taken,
-                assignment=(),
-                reason=None,
             )
             time.sleep(gap)  # one at a time, as events come (or 0: back to back)
             started = time.perf_counter()
-            journal.append(draft)
+            journal.append(revoked)
             durations.append(time.perf_counter() - started)
     finally:
         journal.close()

@@ -42,8 +42,9 @@ from bench.rebalance import (
 )
 from bench.receiver import ReceiverProcess
 from sidecar.journal import Journal
-from sidecar.model import EventDraft, EventType, PartitionOffset
+from sidecar.model import EventDraft, PartitionOffset
 from sidecar.subscriptions import new_secret
+from sidecar.testkit.events import draft
 from sidecar.testkit.kafka import create_topic, unique
 
 TOPICS = 4
@@ -248,16 +249,11 @@ def _bare_first_assignment(ctx: Context, topics: str, partitions: int) -> tuple[
 
 
 def _draft() -> EventDraft:
-    return EventDraft(
-        type=EventType.ASSIGNED,
+    return draft(
+        partitions=(PartitionOffset("orders", p, p * 1000) for p in range(8)),
         group_id="bench-scale",
         member_id="rdkafka-bench",
-        group_instance_id=None,
         generation_id=7,
-        protocol="eager",
-        partitions=tuple(PartitionOffset("orders", p, p * 1000) for p in range(8)),
-        assignment=(),
-        reason=None,
     )
 
 

@@ -8,6 +8,7 @@ other and neither copies product code (as ``structlog.testing`` ships with struc
 * ``receiver``  a real webhook receiver that verifies signatures (needs the ``dev`` extra:
   ``standardwebhooks`` verifies, so a signing bug is not hidden by our own code)
 * ``apps``      an application (a receiver) with its sidecar
+* ``events``    event drafts to journal, every field given a plain value
 
 Nothing here is imported by the daemon.
 """

@@ -457,8 +457,8 @@ def test_a_resume_past_the_newest_event_is_409_not_a_silent_stall(tmp_path: Path
         for accept in ("text/event-stream", "application/json"):
             query = await client.get(f"/events?after={newest + 5}", headers={"Accept": accept})
             assert query.status_code == 409, (accept, query.text)
-            assert f"after {newest + 5} is past the newest event ({newest})" in (
-                query.json()["error"]
+            assert (
+                f"after {newest + 5} is past the newest event ({newest})" in (query.json()["error"])
             )
         # At the newest event exactly is no resume past it: history is empty, not refused.
         caught_up = await client.get(

@@ -26,13 +26,13 @@ from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
     Event,
-    EventDraft,
     EventType,
     MemberState,
     PartitionOffset,
 )
 from sidecar.retry import RetryPolicy
 from sidecar.settings import Settings
+from sidecar.testkit.events import draft
 from tests.unit.test_handoff import initial
 
 
@@ -226,19 +226,7 @@ def test_an_answer_after_the_member_stopped_waiting_is_refused_not_lost() -> Non
 def _revoked_event() -> Event:
     journal = Journal(Path(tempfile.mkdtemp()), durable=False)
     try:
-        return journal.append(
-            EventDraft(
-                type=EventType.REVOKED,
-                group_id="g",
-                member_id="m",
-                group_instance_id=None,
-                generation_id=1,
-                protocol="eager",
-                partitions=(PartitionOffset("t", 0, None),),
-                assignment=(),
-                reason=None,
-            )
-        )
+        return journal.append(draft(EventType.REVOKED))
     finally:
         journal.close()
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sidecar.journal import FILE_NAME, Journal
-from sidecar.model import EventDraft, EventType, PartitionOffset
+from sidecar.model import PartitionOffset
+from sidecar.testkit.events import draft
 from tests.support.sidecars import REPO
 from tests.unit.test_cli import BASE_ENV, GOOD, run
 
@@ -36,19 +37,7 @@ def refused(done: subprocess.CompletedProcess[str]) -> str:
 def journal_with(data_dir: Path, events: int) -> Path:
     journal = Journal(data_dir, durable=False)
     for partition in range(events):
-        journal.append(
-            EventDraft(
-                type=EventType.ASSIGNED,
-                group_id="g",
-                member_id="m-1",
-                group_instance_id=None,
-                generation_id=1,
-                protocol="eager",
-                partitions=(PartitionOffset("t", partition, 0),),
-                assignment=(),
-                reason=None,
-            )
-        )
+        journal.append(draft(partitions=(PartitionOffset("t", partition, 0),)))
     journal.close()
     return data_dir / FILE_NAME
 

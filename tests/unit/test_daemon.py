@@ -10,9 +10,10 @@ import httpx
 
 from sidecar.daemon import STOP_STEPS, Sidecar
 from sidecar.journal import Journal
-from sidecar.model import EventDraft, EventType, PartitionOffset, TopicPartition
+from sidecar.model import TopicPartition
 from sidecar.probes import Lifecycle
 from sidecar.settings import Settings
+from sidecar.testkit.events import draft
 from tests.support.sidecars import free_port
 
 
@@ -74,19 +75,7 @@ def test_an_unreachable_fleet_topic_does_not_hold_the_stop_past_its_deadline(
 ) -> None:
     """The fleet producer's flush waits up to 35 s for a broker; the stop must not."""
     journal = Journal(tmp_path, durable=False)
-    journal.append(
-        EventDraft(
-            type=EventType.ASSIGNED,
-            group_id="g",
-            member_id="m",
-            group_instance_id=None,
-            generation_id=1,
-            protocol="eager",
-            partitions=(PartitionOffset("t", 0, None),),
-            assignment=(TopicPartition("t", 0),),
-            reason=None,
-        )
-    )
+    journal.append(draft(assignment=(TopicPartition("t", 0),)))
     journal.close()
     settings = Settings(
         bootstrap_servers=f"127.0.0.1:{free_port()}",

@@ -30,6 +30,7 @@ from sidecar.model import (
 )
 from sidecar.settings import Settings
 from sidecar.subscriptions import InvalidSubscription, new_secret
+from sidecar.testkit.events import draft
 from sidecar.webhook_http import WebhookClient
 from tests.support.outcomes import Outcomes
 from tests.support.receiver import running
@@ -39,30 +40,14 @@ FAST = RetryPolicy(initial=0.01, maximum=0.05, max_attempts=0, max_age=60)
 
 
 def revoked(partitions: tuple[int, ...] = (0, 1)) -> EventDraft:
-    return EventDraft(
-        type=EventType.REVOKED,
-        group_id="g",
-        member_id="m",
-        group_instance_id=None,
-        generation_id=1,
-        protocol="eager",
-        partitions=tuple(PartitionOffset("t", p, None) for p in partitions),
-        assignment=(),
-        reason=None,
-    )
+    return draft(EventType.REVOKED, (PartitionOffset("t", p, None) for p in partitions))
 
 
 def assigned() -> EventDraft:
-    return EventDraft(
-        type=EventType.ASSIGNED,
-        group_id="g",
-        member_id="m",
-        group_instance_id=None,
-        generation_id=2,
-        protocol="eager",
+    return draft(
         partitions=(PartitionOffset("t", 0, 5),),
         assignment=(TopicPartition("t", 0),),
-        reason=None,
+        generation_id=2,
     )
 
 

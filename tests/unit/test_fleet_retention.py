@@ -23,23 +23,13 @@ from structlog.testing import capture_logs
 
 from sidecar.components import Components, build_components
 from sidecar.fleet import CURSOR
-from sidecar.model import EventDraft, EventType, PartitionOffset
+from sidecar.model import EventDraft, PartitionOffset
 from sidecar.settings import Settings
+from sidecar.testkit.events import draft
 
 
 def _draft(journaled_at: float | None = None) -> EventDraft:
-    return EventDraft(
-        type=EventType.ASSIGNED,
-        group_id="g",
-        member_id="m-1",
-        group_instance_id=None,
-        generation_id=1,
-        protocol="eager",
-        partitions=(PartitionOffset("t", 0, 7),),
-        assignment=(),
-        reason=None,
-        time=time.time() if journaled_at is None else journaled_at,
-    )
+    return draft(partitions=(PartitionOffset("t", 0, 7),), time=journaled_at)
 
 
 def _run(

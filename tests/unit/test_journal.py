@@ -20,20 +20,11 @@ from sidecar.model import (
     PartitionOffset,
     Subscription,
 )
+from sidecar.testkit.events import draft as plain_draft
 
 
 def draft(kind: EventType = EventType.ASSIGNED, partition: int = 0) -> EventDraft:
-    return EventDraft(
-        type=kind,
-        group_id="g",
-        member_id="m-1",
-        group_instance_id=None,
-        generation_id=3,
-        protocol="eager",
-        partitions=(PartitionOffset("t", partition, 7),),
-        assignment=(),
-        reason=None,
-    )
+    return plain_draft(kind, (PartitionOffset("t", partition, 7),), generation_id=3)
 
 
 def subscription(sub_id: str, cursor: int) -> Subscription:
