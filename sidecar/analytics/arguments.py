@@ -34,7 +34,8 @@ EXIT_CODES = (
     "Exit codes: 0 done; 1 the job failed once started; 2 bad arguments or inputs "
     "(an option's value, a missing input path, an output that cannot be a directory, "
     "or that holds other files, without --overwrite), "
-    "refused before Spark starts. Errors are one line on stderr."
+    "refused before Spark starts; 130 interrupted (Ctrl-C stops Spark). Errors are one "
+    "line on stderr."
 )
 
 

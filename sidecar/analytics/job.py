@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic
 
@@ -47,6 +47,7 @@ from .arguments import (
     path_text,
 )
 from .events import is_kafka_url, read_normalized, write_parquet_events
+from .interrupt import Interrupt
 from .output import REPORT_NAME, refresh, step
 from .paths import PathOrUri, child, hadoop_lister, local_path
 from .streaming import StreamOptions, run_stream
@@ -252,22 +253,25 @@ def convert_main(argv: Sequence[str], *, managed_session: bool = False) -> int:
     args = convert_parser().parse_args(argv)
     if any(is_kafka_url(i) for i in args.input):
         return _refuse("convert reads files only")
-    try:
-        check_convert(args, managed_session)
-        spark = (
-            sessions.apply_planner_conf(
-                SparkSession.builder.appName("rebalance-analytics-convert").getOrCreate()
-            )
-            if managed_session
-            else sessions.build_session(master=args.master, driver_memory=args.driver_memory)
+    return _guarded(lambda interrupt: _convert(args, managed_session, interrupt))
+
+
+def _convert(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) -> int:
+    check_convert(args, managed_session)
+    interrupt.hold()
+    spark = (
+        sessions.apply_planner_conf(
+            SparkSession.builder.appName("rebalance-analytics-convert").getOrCreate()
         )
-        spark.sparkContext.setLogLevel("ERROR")
-        _check_output_there(spark, args, managed_session, convert=True)
-        started = time.monotonic()
-        with step(spark, "convert"):
-            write_parquet_events(spark, args.input, args.output)
-    except (JobError, ValueError, PySparkException, Py4JError) as error:
-        return _failed(error)
+        if managed_session
+        else sessions.build_session(master=args.master, driver_memory=args.driver_memory)
+    )
+    interrupt.install(spark)
+    spark.sparkContext.setLogLevel("ERROR")
+    _check_output_there(spark, args, managed_session, convert=True)
+    started = time.monotonic()
+    with step(spark, "convert"):
+        write_parquet_events(spark, args.input, args.output)
     print(f"wrote {args.output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
     return 0
 
@@ -280,11 +284,31 @@ def main(argv: Sequence[str] | None = None, *, managed_session: bool = False) ->
     args = parser().parse_args(arguments)
     if args.stream and not all(is_kafka_url(i) for i in args.input):
         return _refuse("--stream reads Kafka only (kafka://host:port/topic)")
-    try:
+
+    def run(interrupt: Interrupt) -> int:
         check_job(args, managed_session)
-        return _run(args, managed_session)
+        return _run(args, managed_session, interrupt)
+
+    return _guarded(run)
+
+
+def _guarded(run: Callable[[Interrupt], int]) -> int:
+    """``run``'s exit code; an error is one line (see :func:`_failed`), and Ctrl-C ends
+    it with Spark stopped, ``interrupted`` and exit code 130 (see :mod:`.interrupt`)."""
+    interrupt = Interrupt()
+    try:
+        code = run(interrupt)
+    except KeyboardInterrupt:  # before the session was up, so before install()
+        return interrupt.finish()
     except (JobError, ValueError, PySparkException, Py4JError) as error:
-        return _failed(error)
+        return interrupt.finish() if interrupt.requested else _failed(error)
+    except Exception:
+        if interrupt.requested:  # whatever the session's stop made the main thread raise
+            return interrupt.finish()
+        raise
+    finally:
+        interrupt.uninstall()
+    return interrupt.finish() if interrupt.requested else code
 
 
 def _check_output_there(
@@ -324,9 +348,11 @@ def _java_error(error: Py4JJavaError) -> str:
         return str(error).strip()
 
 
-def _run(args: argparse.Namespace, managed_session: bool) -> int:
+def _run(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) -> int:
     output: str = args.output
+    interrupt.hold()
     spark = _session(args, managed_session)
+    interrupt.install(spark)
     spark.sparkContext.setLogLevel("ERROR")
     _check_output_there(spark, args, managed_session, convert=False)
     if args.stream:

@@ -3,6 +3,11 @@ URIs kept whole, outputs never replaced by mistake, Ctrl-C, container memory lim
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -232,3 +237,60 @@ def test_driver_memory_must_fit_the_container(
     monkeypatch.setattr(arguments, "_physical_memory", lambda: 2 * 2**30)
     with pytest.raises(arguments.UsageError, match=r"\(2048m\)"):
         check_job(parser().parse_args([*args, "4g"]), managed=False)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("command", [[], ["convert"]], ids=["job", "convert"])
+def test_ctrl_c_stops_spark_and_exits_130_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    """Ctrl-C once Spark runs printed PySpark's tracebacks (its handler raised in the
+    middle of a py4j call) and exited by SIGINT. Now: exit 130, ``interrupted``, the JVM
+    gone. SIGINT goes to the whole process group, as a terminal's Ctrl-C does."""
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=20, events=100_000, seed=1))
+    local_dirs = tmp_path / "spark-local"
+    local_dirs.mkdir()
+    arguments = [*command, "-i", str(fleet), "-o", str(tmp_path / "out"), "--master", "local[2]"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar.analytics", *arguments, "--driver-memory", "1g"],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(local_dirs)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(local_dirs.glob("blockmgr-*")):  # the SparkContext is up
+            assert proc.poll() is None and time.monotonic() < deadline, "Spark never came up"
+            time.sleep(0.1)
+        time.sleep(1)  # into the job's first Spark jobs
+        jvms = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1] == "interrupted", err
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in jvms):
+        assert time.monotonic() < deadline, "the JVM outlived the command"
+        time.sleep(0.2)
