@@ -9,6 +9,11 @@ consumer group metadata (``consumer_group_metadata()``, librdkafka's
 in host byte order, then the NUL-terminated group id, member id and instance id). Under
 ``group.protocol=consumer`` that field holds the member epoch. ``generation_of`` checks
 the magic and answers -1 for anything it does not recognise.
+
+The member id comes from the same metadata, not from ``memberid()``: each of the two is
+a request to librdkafka's main thread and a wait for its answer, and inside a rebalance
+callback, on a host where every member rebalances at once, each such wait is a wait for a
+core (``bench/findings.md``, 10).
 """
 
 from __future__ import annotations
@@ -44,14 +49,25 @@ def generation_of(cgmd: bytes) -> int:
     return int(generation)
 
 
+def identity_of(cgmd: bytes) -> tuple[str | None, int] | None:
+    """The member id (``None`` before the first join) and generation in serialized group
+    metadata; ``None`` for anything not in librdkafka's format."""
+    start = len(_CGMD_MAGIC) + 4
+    if not cgmd.startswith(_CGMD_MAGIC) or len(cgmd) < start:
+        return None
+    fields = cgmd[start:].split(b"\0", 2)  # group id, member id, the rest
+    if len(fields) < 3:
+        return None
+    return fields[1].decode("utf-8", "replace") or None, generation_of(cgmd)
+
+
 def read_identity(consumer: Consumer) -> tuple[str | None, int] | None:
-    """The member id and generation librdkafka holds now; ``None`` while it cannot say."""
+    """The member id and generation librdkafka holds now (one request to its main thread);
+    ``None`` while it cannot say."""
     try:
-        member_id = consumer.memberid() or None
-        generation = generation_of(bytes(consumer.consumer_group_metadata()))
+        return identity_of(bytes(consumer.consumer_group_metadata()))
     except (KafkaException, RuntimeError, TypeError):
         return None
-    return member_id, generation
 
 
 @dataclass(frozen=True)

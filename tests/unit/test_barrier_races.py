@@ -70,7 +70,7 @@ class _ScriptedConsumer:
         return "m-1"
 
     def consumer_group_metadata(self) -> bytes:
-        return b"CGMDv2:\x01\x00\x00\x00g\x00"
+        return b"CGMDv2:\x01\x00\x00\x00g\x00m-1\x00\x01"
 
     def list_topics(self, timeout: float) -> None: ...
 
