@@ -194,6 +194,13 @@ class Courier:
             # client (an open connection) would leak. Close it when the task is done.
             self._task.add_done_callback(lambda _: self._client.close())
 
+    def after_stop(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop once this courier's task has ended (now if it has)."""
+        if self._task is None or self._task.done():
+            callback()
+        else:
+            self._task.add_done_callback(lambda _: callback())
+
     async def stopped(self) -> None:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):

@@ -63,6 +63,7 @@ class Dispatcher:
         pass_over_after: float = PASS_OVER_AFTER_SECONDS,
     ) -> None:
         self._journal = journal
+        self._metrics = metrics
         self._pass_over_after = pass_over_after
         self._policy = policy
         self._client_factory = client_factory
@@ -98,9 +99,14 @@ class Dispatcher:
         courier.start()
 
     def remove(self, sub_id: str) -> None:
+        """The subscription is gone: its courier stops, no barrier waits for it, and its
+        metric series go once the courier has (a delivery it was finishing counts first)."""
         courier = self._couriers.pop(sub_id, None)
         if courier is not None:
             courier.stop()
+            courier.after_stop(lambda: self._metrics.forget_webhook(sub_id))
+        else:
+            self._metrics.forget_webhook(sub_id)
         self._barriers.forget(sub_id)
 
     def announced(self, event: Event) -> None:

@@ -25,7 +25,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.model import Assignment, MemberState
+from sidecar.model import Assignment, DeliveryOutcome, MemberState
 
 PREFIX = "rebalance_sidecar_"
 
@@ -136,6 +136,14 @@ class Metrics:
             ["error"],
             registry=registry,
         )
+
+    def forget_webhook(self, webhook: str) -> None:
+        """Drop a deleted webhook's series: an application that registers a webhook each
+        time it starts (and deletes the old one) would otherwise grow the scrape by a
+        counter per outcome and a histogram on every restart, for the sidecar's lifetime."""
+        for outcome in DeliveryOutcome:
+            self.deliveries.remove(webhook, outcome.value)
+        self.delivery_duration.remove(webhook)
 
     def describe(self, version: str, group_id: str, protocol: str, group_protocol: str) -> None:
         self.build.info(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
@@ -648,3 +648,37 @@ def test_an_event_a_subscription_does_not_want_costs_its_courier_nothing_at_once
         journal.close()
 
     asyncio.run(main())
+
+
+def test_a_deleted_webhook_leaves_no_metric_series(tmp_path: Path) -> None:
+    """An application that registers a webhook each time it starts (and deletes the old
+    one) grew the sidecar's /metrics by a delivery counter and a 14-bucket histogram per
+    registration, for the sidecar's lifetime: the series of deleted webhooks stayed."""
+    secret = new_secret()
+
+    def series(rig: Rig, webhook: str) -> list[str]:
+        text = generate_latest(rig.metrics.registry).decode()
+        return [line for line in text.splitlines() if f'webhook="{webhook}"' in line]
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret) as receiver:
+            kept, gone = (
+                rig.registry.create(
+                    url=receiver.url, events=None, mode="async", secret=secret, timeout_ms=2000
+                )
+                for _ in range(2)
+            )
+            rig.append(assigned())
+            await until(
+                lambda: all(len(rig.journal.deliveries(s.id, 10)) == 1 for s in (kept, gone))
+            )
+            assert series(rig, gone.id) and series(rig, kept.id)
+            assert rig.registry.delete(gone.id)
+            await until(lambda: not series(rig, gone.id))
+            assert series(rig, kept.id), "the other webhook's series went too"
+            rig.append(assigned())  # the kept one goes on counting
+            await until(lambda: len(rig.journal.deliveries(kept.id, 10)) == 2)
+            assert any("delivered" in line and " 2.0" in line for line in series(rig, kept.id))
+            assert not series(rig, gone.id)
+
+    run(scenario, tmp_path)
