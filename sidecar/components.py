@@ -123,7 +123,9 @@ def build_components(
             settings.webhook_max_age_ms / 1000,
         ),
     )
-    registry = Registry(journal, dispatcher, settings.webhook_allowed_hosts)
+    registry = Registry(
+        journal, dispatcher, settings.webhook_allowed_hosts, max_count=settings.webhook_max_count
+    )
     feed = Feed()
     fleet = FleetJournal(settings, journal, metrics) if settings.events_topic else None
     handoff.attach(Fanout(dispatcher, feed, fleet))

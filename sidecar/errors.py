@@ -11,6 +11,7 @@ The tree (the HTTP status each maps to on the right)::
     │   │                         non-loopback drain)
     │   ├── NotFound              no such webhook                                    404
     │   ├── ResumeAhead           a Last-Event-ID past the journal's newest event    409
+    │   ├── TooManyWebhooks       a registration past SIDECAR_WEBHOOK_MAX_COUNT        409
     │   └── InvalidSubscription   a webhook registration that cannot be accepted     422
     ├── MemberRefused             the group member's state forbids it             (409)
     │   ├── NotInGroup            not (or no longer) in the group                    409
@@ -86,6 +87,12 @@ class ResumeAhead(RequestRefused):
     """An SSE resume (``Last-Event-ID``) past the newest event: the journal the client
     read from was replaced (numbering restarted); waiting for that number would be a
     silent stall."""
+
+
+class TooManyWebhooks(RequestRefused):
+    """A registration past ``SIDECAR_WEBHOOK_MAX_COUNT``: an application that registers on
+    every start without deleting would otherwise add a courier, a connection and a
+    retention hold per start, without end."""
 
 
 class InvalidSubscription(RequestRefused, ValueError):
@@ -173,6 +180,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (Forbidden, 403),
     (NotFound, 404),
     (ResumeAhead, 409),
+    (TooManyWebhooks, 409),
     (InvalidSubscription, 422),
     (RequestRefused, 400),  # a caller's mistake without a more precise status
     (MemberRefused, 409),

@@ -27,6 +27,7 @@ import structlog
 
 from sidecar.delivery import SECRET_PREFIX, Dispatcher
 from sidecar.errors import InvalidSubscription as InvalidSubscription  # re-exported
+from sidecar.errors import TooManyWebhooks
 from sidecar.journal import Journal
 from sidecar.model import EventType, Subscription
 from sidecar.settings import WebhookSpec
@@ -109,11 +110,17 @@ class Registry:
     """Creates, lists and removes subscriptions, keeping the dispatcher in step. Loop-side."""
 
     def __init__(
-        self, journal: Journal, dispatcher: Dispatcher, allowed_hosts: tuple[str, ...]
+        self,
+        journal: Journal,
+        dispatcher: Dispatcher,
+        allowed_hosts: tuple[str, ...],
+        *,
+        max_count: int | None = None,
     ) -> None:
         self._journal = journal
         self._dispatcher = dispatcher
         self._allowed_hosts = allowed_hosts
+        self._max_count = max_count
 
     def create(
         self,
@@ -127,6 +134,13 @@ class Registry:
         sub_id: str | None = None,
     ) -> Subscription:
         existing = self._journal.subscription(sub_id) if sub_id else None
+        if existing is None and origin == "api" and self._max_count is not None:
+            count = len(self._journal.subscriptions())
+            if count >= self._max_count:
+                raise TooManyWebhooks(
+                    f"there are {count} webhooks already, the most SIDECAR_WEBHOOK_MAX_COUNT "
+                    "allows: delete one (DELETE /webhooks/{id}) before registering another"
+                )
         sub = Subscription(
             id=sub_id or "wh_" + uuid.uuid4().hex[:16],
             url=check_url(url, self._allowed_hosts),

@@ -25,7 +25,7 @@ async def list_webhooks(runtime: RuntimeDep) -> list[dict[str, Any]]:
     status_code=201,
     response_model=WebhookCreatedOut,
     dependencies=MayMutate,
-    responses=errors(401, 403, 503),
+    responses=errors(401, 403, 409, 503),
 )
 async def create_webhook(runtime: RuntimeDep, body: WebhookIn) -> dict[str, Any]:
     """Register a webhook. The secret (generated `whsec_...` when not given) is returned

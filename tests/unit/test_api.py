@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 from starlette.types import Message, Receive, Scope, Send
 
 from sidecar.api import MAX_BODY_BYTES, create_admin_app, create_app
@@ -45,8 +46,8 @@ from sidecar.handoff import Handoff
 from sidecar.journal import Journal
 from sidecar.model import Assignment, MemberState, TopicPartition
 from sidecar.probes import Lifecycle, Probes
-from sidecar.settings import Settings
-from sidecar.subscriptions import Registry
+from sidecar.settings import Settings, WebhookSpec
+from sidecar.subscriptions import Registry, new_secret
 from sidecar.web import events as events_web
 from sidecar.web.assignment import AssignmentFastPath
 
@@ -647,3 +648,34 @@ def test_only_storage_failures_of_sqlite_are_the_journals_503(tmp_path: Path) ->
         assert not storage_failed(misused.value)  # SQLITE_ERROR: a bug, stays a 500
     finally:
         readonly.close()
+
+
+def test_webhooks_past_the_limit_are_refused_until_one_is_deleted(tmp_path: Path) -> None:
+    """An application that registers a webhook on every start and never deletes (a crash
+    loop) added a courier, a connection and a retention hold each time, without end."""
+    hook = {"url": "http://127.0.0.1:9/hook", "mode": "async"}
+
+    def declared(count: int) -> list[WebhookSpec]:
+        secret = SecretStr(new_secret())
+        return [
+            WebhookSpec(url=f"http://127.0.0.1:9/declared-{i}", mode="async", secret=secret)
+            for i in range(count)
+        ]
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        runtime.registry.declare(declared(1))
+        first = await client.post("/webhooks", json=hook)
+        assert first.status_code == 201, first.text
+        refused = await client.post("/webhooks", json=hook)
+        assert refused.status_code == 409, refused.text
+        assert "there are 2 webhooks already" in refused.json()["error"]
+        assert "SIDECAR_WEBHOOK_MAX_COUNT" in refused.json()["error"]
+        assert len((await client.get("/webhooks")).json()) == 2  # nothing half-created
+        # Declared webhooks count, but settings are the operator's: never refused.
+        assert len(runtime.registry.declare(declared(2))) == 2
+        assert (await client.delete(f"/webhooks/{first.json()['id']}")).status_code == 204
+        assert (await client.post("/webhooks", json=hook)).status_code == 409  # 2 declared
+        runtime.registry.declare(declared(1))
+        assert (await client.post("/webhooks", json=hook)).status_code == 201
+
+    run(tmp_path, scenario, webhook_max_count=2)
