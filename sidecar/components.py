@@ -19,6 +19,7 @@ from sidecar import __version__
 from sidecar.delivery import Dispatcher, RetryPolicy
 from sidecar.errors import StartupError
 from sidecar.feed import Feed
+from sidecar.fleet import CURSOR as FLEET_CURSOR
 from sidecar.fleet import FleetJournal
 from sidecar.handoff import BarrierDone, BarrierOutcome, Handoff
 from sidecar.journal import Journal, JournalUnopenable
@@ -110,7 +111,14 @@ def build_components(
         sequence=journal.last_sequence(),
     )
     handoff = Handoff(loop, initial)
-    sources = StateSources(pending_events=journal.pending_events_if_readable)
+    sources = StateSources(
+        pending_events=journal.pending_events_if_readable,
+        fleet_pending_events=(
+            (lambda: journal.events_past_if_readable(FLEET_CURSOR))
+            if settings.events_topic
+            else None
+        ),
+    )
     metrics.observe_state(lambda: handoff.snapshot, sources)
     dispatcher = Dispatcher(
         journal,

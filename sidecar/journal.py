@@ -14,7 +14,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
@@ -292,8 +292,26 @@ class Journal:
 
     def pending_events_if_readable(self) -> int | None:
         """:meth:`pending_events`, or None while the journal's storage fails."""
+        return self._if_readable(self.pending_events)
+
+    def events_past(self, mark: str) -> int:
+        """Events after the ``meta`` mark ``mark`` (every event while it is unset): what a
+        reader registered with ``keep_for`` has still to read."""
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM events WHERE sequence > "
+            "COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0)",
+            (mark,),
+        ).fetchone()
+        return int(count)
+
+    def events_past_if_readable(self, mark: str) -> int | None:
+        """:meth:`events_past`, or None while the journal's storage fails."""
+        return self._if_readable(lambda: self.events_past(mark))
+
+    @staticmethod
+    def _if_readable(read: Callable[[], int]) -> int | None:
         try:
-            return self.pending_events()
+            return read()
         except sqlite3.Error as exc:
             if storage_failed(exc):
                 return None

@@ -164,6 +164,8 @@ class StateSources:
     """Values the state collector reads at scrape time (set from either thread)."""
 
     pending_events: Callable[[], int | None]  # None: the journal cannot be read now
+    # Events the fleet producer has still to produce (None as above); unset: no fleet topic.
+    fleet_pending_events: Callable[[], int | None] | None = None
     last_rebalance_at: float = 0.0
     statistics: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -196,6 +198,14 @@ class StateCollector(Collector):
                 "journal_pending_events",
                 "Journaled events some active webhook has not yet acknowledged or given up.",
                 pending,
+            )
+        fleet = self._sources.fleet_pending_events
+        fleet_pending = fleet() if fleet is not None else None
+        if fleet_pending is not None:
+            yield _gauge(
+                "fleet_pending_events",
+                "Journaled events not yet produced to the fleet topic (SIDECAR_EVENTS_TOPIC).",
+                fleet_pending,
             )
         state = GaugeMetricFamily(
             f"{PREFIX}member_state", "1 for the member's current state.", labels=["state"]

@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from sidecar.components import Components, build_components
@@ -132,3 +134,33 @@ def test_the_fleet_producer_gives_up_events_older_than_the_retention(tmp_path: P
         assert [e.sequence for e in journal.events_after(0, 10)] == [4, 5]
 
     _run(tmp_path, scenario, events_topic="fleet", journal_retention_hours=1.0)
+
+
+def test_the_fleet_backlog_is_a_metric(tmp_path: Path) -> None:
+    """While Kafka is down the fleet producer falls behind, and nothing showed how far:
+    ``journal_pending_events`` counts only webhooks. ``fleet_pending_events`` is what the
+    producer has still to produce (absent without a fleet topic)."""
+
+    def scraped(parts: Components) -> dict[str, float]:
+        text = generate_latest(parts.metrics_registry).decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name.endswith("pending_events")
+        }
+
+    async def with_fleet(parts: Components) -> None:
+        for _ in range(3):
+            parts.journal.append(_draft())
+        assert scraped(parts)["rebalance_sidecar_fleet_pending_events"] == 3
+        parts.journal.set_mark(CURSOR, 2)  # as the producer does once Kafka took two
+        assert scraped(parts)["rebalance_sidecar_fleet_pending_events"] == 1
+
+    async def without(parts: Components) -> None:
+        parts.journal.append(_draft())
+        assert "rebalance_sidecar_fleet_pending_events" not in scraped(parts)
+        assert "rebalance_sidecar_journal_pending_events" in scraped(parts)
+
+    _run(tmp_path / "fleet", with_fleet, events_topic="fleet")
+    _run(tmp_path / "none", without)
