@@ -5,10 +5,15 @@ py4j call (and its ``cancelAllJobs`` on that same busy connection fails): a trac
 and a connection left mid-answer. Here the handler only records the request and stops
 the session from another thread (its own py4j connection); the main thread's call then
 fails, and the command ends with ``interrupted``. A second Ctrl-C does not wait.
+
+While the session starts (the JVM, maybe a package download: it can take minutes), a
+Ctrl-C is noted, not raised (raising would leave py4j mid-call): the run stops as soon as
+the session is up; a second one exits at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -30,43 +35,80 @@ def _stop(spark: SparkSession | None) -> None:
         spark.stop()
 
 
+def _stop_quietly(spark: SparkSession) -> None:
+    """:func:`_stop` on the stopper thread: a session already going down may raise; the
+    command's one line says what happened, a thread's traceback would not."""
+    with contextlib.suppress(Exception):
+        _stop(spark)
+
+
 class Interrupt:
     def __init__(self) -> None:
         self.requested = False
         self._stopper: threading.Thread | None = None
         self._previous: signal.Handlers | object | None = None
-        self._held = False
+        self._watcher: threading.Thread | None = None
+        self._started = threading.Event()
 
     def hold(self) -> None:
-        """Until :meth:`install`, Ctrl-C waits (SIGINT blocked): while the session starts,
-        PySpark's handler is in place, and raising then leaves py4j mid-call."""
-        if threading.current_thread() is threading.main_thread():
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            self._held = True
+        """Until :meth:`install` (the session starts): a Ctrl-C is noted and acted on once
+        the session is up; a second one exits at once. Main thread only.
+
+        SIGINT is blocked meanwhile (PySpark puts its own handler in place as the context
+        starts, and raising then leaves py4j mid-call), and a watcher thread takes it
+        with ``sigtimedwait``: blocked, it is not lost. Threads started from now on
+        inherit the block, so no other thread gets it either."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        self._watcher = threading.Thread(target=self._watch, name="interrupt-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._started.is_set():
+            if signal.sigtimedwait({signal.SIGINT}, 0.1) is None:
+                continue
+            if self.requested:
+                os._exit(EXIT_INTERRUPTED)
+            self.requested = True
+            print(
+                "interrupted: stopping once Spark is up (Ctrl-C again to exit now)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _release(self) -> None:
+        """The session is up (or never will be): the watcher ends, SIGINT is unblocked."""
+        if self._watcher is None:
+            return
+        self._started.set()
+        self._watcher.join()
+        self._watcher = None
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def install(self, spark: SparkSession) -> None:
         """From now on (the session is up) Ctrl-C stops ``spark``; main thread only."""
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self.requested:
-                os._exit(EXIT_INTERRUPTED)
-            self.requested = True
+        def stop_spark() -> None:
             self._stopper = threading.Thread(
-                target=_stop, args=(spark,), name="interrupt", daemon=True
+                target=_stop_quietly, args=(spark,), name="interrupt", daemon=True
             )
             self._stopper.start()
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stopper is not None:
+                os._exit(EXIT_INTERRUPTED)
+            self.requested = True
+            stop_spark()
 
         previous = signal.signal(signal.SIGINT, handler)
         if self._previous is None:
             self._previous = previous
-        self._release()
-
-    def _release(self) -> None:
-        if self._held:
-            self._held = False
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        self._release()  # a Ctrl-C from now on reaches ``handler``
+        if self.requested:  # while the session started
+            stop_spark()
 
     def uninstall(self) -> None:
         self._release()

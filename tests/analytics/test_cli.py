@@ -294,3 +294,51 @@ def test_ctrl_c_stops_spark_and_exits_130_in_one_line(tmp_path: Path, command: l
     while any(Path(f"/proc/{pid}").exists() for pid in jvms):
         assert time.monotonic() < deadline, "the JVM outlived the command"
         time.sleep(0.2)
+
+
+_STARTING = """
+import os, signal, sys, time
+from sidecar.analytics.interrupt import Interrupt
+
+class Context:
+    def cancelAllJobs(self): print("cancelled", flush=True)
+
+class Session:
+    sparkContext = Context()
+    def stop(self): print("stopped", flush=True)
+
+interrupt = Interrupt()
+interrupt.hold()  # the session starts
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.3)
+print("noted", interrupt.requested, flush=True)
+if sys.argv[1] == "twice":
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("still starting", flush=True)
+else:
+    interrupt.install(Session())  # the session is up: it is stopped now
+    sys.exit(interrupt.finish())
+"""
+
+
+@pytest.mark.parametrize("presses", ["once", "twice"])
+def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: str) -> None:
+    """SIGINT was blocked while the session started (the JVM, maybe a package download:
+    minutes): every Ctrl-C then was ignored, a second one too, and the run went on. Now
+    the first is noted and stops the run once the session is up; a second exits now."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTING, presses],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 130, (done.stdout, done.stderr)
+    assert done.stdout.splitlines()[0] == "noted True", done.stdout
+    assert "Traceback" not in done.stderr, done.stderr
+    if presses == "twice":
+        assert "still starting" not in done.stdout
+    else:
+        assert done.stdout.splitlines()[1:] == ["cancelled", "stopped"], done.stdout
+        assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
