@@ -158,4 +158,16 @@ class Dispatcher:
             event_type=event.type.value,
             waiting=sorted(barrier.waiting),
         )
-        return barrier.outcome(timed_out=True)
+        outcome = barrier.outcome(timed_out=True)
+        if not barrier.done(outcome):
+            # The member thread stopped waiting before this ran (the loop was busy): what
+            # the subscribers that did answer handed back goes nowhere. Say so, per answer.
+            for sub_id in barrier.handed_back:
+                self._deliveries.record(
+                    sub_id,
+                    event,
+                    DeliveryOutcome.OFFSETS_REJECTED,
+                    error="handed back, but the member stopped waiting for the barrier "
+                    "before it expired (the loop was busy): not committed",
+                )
+        return outcome

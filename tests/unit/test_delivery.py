@@ -231,6 +231,41 @@ def test_barrier_waits_for_blocking_subscribers_and_hands_back_offsets(tmp_path:
     run(scenario, tmp_path)
 
 
+def test_offsets_answered_in_time_are_rejected_when_the_member_stopped_waiting(
+    tmp_path: Path,
+) -> None:
+    """Two blocking subscribers: one hands offsets back in time, the other never answers,
+    and the loop is too busy to expire the barrier before the member thread stops waiting
+    for it (``done`` refuses the outcome). The offsets the first one handed back went
+    nowhere, recorded as delivered and nothing more. Now they are recorded as rejected."""
+    secret = new_secret()
+
+    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
+
+    async def scenario(rig: Rig) -> None:
+        with (
+            running(secret, hand_back) as app,
+            running(secret, lambda e: (204, None, 5.0)) as stuck,
+        ):
+            answering = rig.registry.create(
+                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            rig.registry.create(
+                url=stuck.url, events=None, mode="blocking", secret=secret, timeout_ms=9000
+            )
+            event = rig.append(revoked())
+            rig.dispatcher.open_barrier(event, lambda outcome: False)  # the thread gave up
+            await until(lambda: len(rig.journal.deliveries(answering.id, 10)) == 1)
+            expired = rig.dispatcher.barrier_expired(event)
+            assert expired.offsets == (PartitionOffset("t", 1, 9),)
+            log = {d.outcome: d for d in rig.journal.deliveries(answering.id, 10)}
+            assert set(log) == {"delivered", "offsets_rejected"}, log
+            assert "member stopped waiting" in (log[DeliveryOutcome.OFFSETS_REJECTED].error or "")
+
+    run(scenario, tmp_path)
+
+
 def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> None:
     secret = new_secret()
 
@@ -248,7 +283,7 @@ def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> Non
             outcomes_logged = [d.outcome for d in rig.journal.deliveries(sub.id, 10)]
             assert outcomes_logged == ["delivered", "barrier_timeout"]
             assert len(slow.events()) == 1
-            assert outcomes == []  # the consumer thread stopped waiting already
+            assert outcomes == [expired]  # the expiry's, once: the late answer adds none
 
     run(scenario, tmp_path)
 
