@@ -234,8 +234,12 @@ class Membership:
         ``in_barrier``: asked while a revoke or lost barrier holds the member (its
         application's handler asked): the group is rebalancing already (a revoke, or a loss
         the member rejoins after), so it joins that one, as Java's ``enforceRebalance()``
-        from ``onPartitionsRevoked``; starting one would wait for its own barrier."""
-        if self.member_id is None or self.state in (MemberState.STARTING, MemberState.STOPPED):
+        from ``onPartitionsRevoked``; starting one would wait for its own barrier. That
+        holds even when librdkafka has reset the member id already (a session it lost
+        before calling ``on_lost``): the member rejoins after the barrier."""
+        if self.state is MemberState.STOPPED or (
+            not in_barrier and (self.member_id is None or self.state is MemberState.STARTING)
+        ):
             raise NotInGroup("not in a group yet (or stopping): nothing to rebalance")
         if (
             in_barrier
