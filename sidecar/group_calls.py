@@ -6,14 +6,17 @@ passes its own ``Consumer`` in. What they answer is in the domain's types.
 The generation id has no accessor in confluent-kafka: we read it from the serialized
 consumer group metadata (``consumer_group_metadata()``, librdkafka's
 ``rd_kafka_consumer_group_metadata_write``: ``"CGMDv2:"``, then the int32 generation id
-in host byte order, then the NUL-terminated group id, member id and instance id). Under
+in host byte order, then the NUL-terminated group id and member id, a byte that is 1 when
+there is no instance id, and the NUL-terminated instance id when there is). Under
 ``group.protocol=consumer`` that field holds the member epoch. ``generation_of`` checks
 the magic and answers -1 for anything it does not recognise.
 
 The member id comes from the same metadata, not from ``memberid()``: each of the two is
 a request to librdkafka's main thread and a wait for its answer, and inside a rebalance
 callback, on a host where every member rebalances at once, each such wait is a wait for a
-core (``bench/findings.md``, 10).
+core (``bench/findings.md``, 10). A format this code does not recognise (a librdkafka
+that changed it) costs the generation (-1) and a second request for the member id, never
+the member id itself.
 """
 
 from __future__ import annotations
@@ -65,9 +68,12 @@ def read_identity(consumer: Consumer) -> tuple[str | None, int] | None:
     """The member id and generation librdkafka holds now (one request to its main thread);
     ``None`` while it cannot say."""
     try:
-        return identity_of(bytes(consumer.consumer_group_metadata()))
+        identity = identity_of(bytes(consumer.consumer_group_metadata()))
+        if identity is None:  # a format this code does not know: the member id at least
+            return consumer.memberid() or None, -1
     except (KafkaException, RuntimeError, TypeError):
         return None
+    return identity
 
 
 @dataclass(frozen=True)

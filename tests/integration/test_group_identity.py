@@ -72,3 +72,18 @@ def test_anything_not_in_librdkafkas_format_is_not_an_identity() -> None:
         b"CGMDv2:" + generation + b"g\x00m-1",
     ):
         assert identity_of(junk) is None, junk
+
+
+def test_a_metadata_format_not_known_still_gives_the_member_id() -> None:
+    """librdkafka's serialization is private: a version that changes it must cost the
+    generation only. Before the fallback, the member never learned its id (every enforce
+    a 409, events without a member id)."""
+
+    class Changed:
+        def consumer_group_metadata(self) -> bytes:
+            return b"CGMDv3:something else"
+
+        def memberid(self) -> str:
+            return "rdkafka-1"
+
+    assert read_identity(Changed()) == ("rdkafka-1", -1)  # type: ignore[arg-type]
