@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -171,8 +172,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="rebalance-sidecar",
         description="Join a Kafka consumer group for an application and turn its rebalances "
         "into signed, durable, ordered webhooks, SSE and a journal.",
-        epilog="exit codes: 0 done or stopped by a signal (run); 1 the output could not be "
-        "written (a full disk); 2 bad arguments, settings or input; "
+        epilog="exit codes: 0 done or stopped by a signal (run); 1 failed while running "
+        "(the output could not be written: a full disk; a listener of run died); 2 bad "
+        "arguments, settings or input; "
         f"{JOURNAL_FAILED_EXIT} the journal failed, the member stopped (run); "
         f"130 interrupted; {EXIT_BROKEN_PIPE} the reader of stdout went away",
     )
@@ -511,6 +513,10 @@ def _is_journal_file(path: Path, journal: Path) -> bool:
     return False
 
 
+# Errors of the machine, not of the command: a full disk or quota, an I/O error.
+_MACHINE_FAILED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
@@ -565,6 +571,8 @@ def _replacing(path: Path, option: str) -> Iterator[IO[str]]:
         try:
             with special:
                 yield special
+        except BrokenPipeError:  # --output /dev/stdout (or a FIFO) whose reader went away
+            raise _ReaderGone from None
         except OSError as exc:
             raise OutputFailed(f"{option} {path}: {_reason(exc)}") from None
         return
@@ -572,7 +580,8 @@ def _replacing(path: Path, option: str) -> Iterator[IO[str]]:
     try:
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise CommandFailed(f"{option} {path}: {_reason(exc)}") from None
+        failed = OutputFailed if exc.errno in _MACHINE_FAILED else CommandFailed
+        raise failed(f"{option} {path}: {_reason(exc)}") from None
     renamed = False
     try:
         with open(fd, "w", encoding="utf-8") as out:

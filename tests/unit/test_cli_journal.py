@@ -182,11 +182,14 @@ def test_export_replaces_the_output_only_once_written(tmp_path: Path) -> None:
     assert Path(os.devnull).is_char_device()
 
 
-def test_export_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
-    """``journal export | head -1``: the reader goes away; no traceback for that."""
+@pytest.mark.parametrize("output", [[], ["--output", "/dev/stdout"]], ids=["stdout", "path"])
+def test_export_into_a_closed_pipe_is_quiet(tmp_path: Path, output: list[str]) -> None:
+    """``journal export | head -1``: the reader goes away; no traceback for that. Also
+    with ``--output /dev/stdout`` (it said "Broken pipe" and exited 1, as a full disk)."""
     journal = journal_with(tmp_path / "data", 3000)  # far more than a pipe's buffer
+    command = ["journal", "export", "--data-dir", str(journal.parent), *output]
     export = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "journal", "export", "--data-dir", str(journal.parent)],
+        [sys.executable, "-m", "sidecar", *command],
         env=BASE_ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
