@@ -308,42 +308,93 @@ def _physical_memory() -> int | None:
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Which cgroups this process is in: ``hierarchy:controllers:path`` lines.
+PROC_CGROUP = Path("/proc/self/cgroup")
 
 
-def cgroup_memory_limit(root: Path = CGROUP_ROOT) -> int | None:
-    """The memory limit of this process's container: cgroup v2's ``memory.max``, else
-    v1's ``memory.limit_in_bytes`` (at the root or under ``memory/``); None when there
-    is none (``max``, no such file, or v1's "unlimited", a number past any machine's
-    memory, which the physical memory then undercuts)."""
-    for file in (
-        root / "memory.max",
-        root / "memory.limit_in_bytes",
-        root / "memory" / "memory.limit_in_bytes",
-    ):
-        try:
-            value = file.read_text().strip()
-        except OSError:
+def _own_cgroups(proc_cgroup: Path) -> tuple[str, str]:
+    """(cgroup v2 path, v1 memory controller path) of this process, ``/`` when unknown.
+    A path outside this cgroup namespace (``/..``) says nothing about the mount here."""
+    v2 = v1 = "/"
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return v2, v1
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if ".." in path.split("/"):
             continue
-        if value == "max":
-            return None
-        if value.isdigit():
-            return int(value)
-    return None
+        if hierarchy == "0" and not controllers:
+            v2 = path or "/"
+        elif "memory" in controllers.split(","):
+            v1 = path or "/"
+    return v2, v1
 
 
-def memory_available(root: Path = CGROUP_ROOT) -> int | None:
-    """What a local driver may use: the machine's memory or the container's limit,
-    whichever is smaller."""
-    known = [m for m in (_physical_memory(), cgroup_memory_limit(root)) if m is not None]
+def _up_to(base: Path, cgroup: str) -> list[Path]:
+    """``base/cgroup`` and each directory above it, up to ``base`` itself."""
+    parts = [part for part in cgroup.split("/") if part]
+    return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _limit_in(file: Path) -> int | None:
+    try:
+        value = file.read_text().strip()
+    except OSError:
+        return None
+    return int(value) if value.isdigit() else None  # "max": none
+
+
+def cgroup_memory_limit(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int | None:
+    """The memory limit of this process's container: the smallest limit of its own cgroup
+    (from ``proc_cgroup``) and every one above it, as cgroup v2's ``memory.max`` under
+    ``root``, or v1's ``memory.limit_in_bytes`` under ``root/memory`` (or ``root``, a
+    v1 memory controller mounted there). Walking up also finds the limit of a container
+    whose own cgroup is mounted at ``root`` while ``proc_cgroup`` names its path on the
+    host. None when there is none (``max``, no such file; v1's "unlimited" is a number
+    past any machine's memory, which the physical memory then undercuts)."""
+    v2, v1 = _own_cgroups(proc_cgroup)
+    files = [directory / "memory.max" for directory in _up_to(root, v2)]
+    files += [d / "memory.limit_in_bytes" for d in (*_up_to(root / "memory", v1), root)]
+    limits = [limit for limit in map(_limit_in, files) if limit is not None]
+    return min(limits, default=None)
+
+
+def memory_available(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int | None:
+    """What a local driver's process may use: the machine's memory or the container's
+    limit, whichever is smaller."""
+    known = [
+        m for m in (_physical_memory(), cgroup_memory_limit(root, proc_cgroup)) if m is not None
+    ]
     return min(known, default=None)
 
 
+#: The share of :func:`memory_available` a driver's heap may take, and the least it
+#: leaves: the rest is for what the container holds besides the heap. Spark itself sizes
+#: a driver's container as the heap plus max(10 %, 384 MiB) (spark.driver.memoryOverhead:
+#: metaspace, code cache, thread stacks, Netty's direct buffers); the Python driver and
+#: any Python workers come on top (a local[2] run with a 1g heap peaked at 1.06 GiB for
+#: the JVM and its workers and 35 MiB for Python). 20 %, and at least 512 MiB, covers
+#: that with room to spare; a heap at the whole limit was killed for memory.
+HEAP_SHARE = 0.8
+HEAP_HEADROOM = 512 * 2**20
+
+
+def max_heap(available: int) -> int:
+    """The largest driver heap that leaves room for the rest in ``available`` bytes."""
+    return min(int(available * HEAP_SHARE), available - HEAP_HEADROOM)
+
+
 def _check_driver_memory(memory: str) -> None:
-    """A local driver's heap must fit the machine, or its container (the JVM would not
-    even start, or be killed for memory)."""
-    size, total = _memory_bytes(memory), memory_available(CGROUP_ROOT)
-    if size is not None and total is not None and size > total:
+    """A local driver's heap must fit the machine, or its container, with room for the
+    JVM's own memory and Python's (else the JVM would not even start, or be killed for
+    memory)."""
+    size, total = _memory_bytes(memory), memory_available(CGROUP_ROOT, PROC_CGROUP)
+    if size is not None and total is not None and size > max_heap(total):
         raise UsageError(
-            f"--driver-memory {memory}: more than this machine's or container's memory "
-            f"({total >> 20}m)"
+            f"--driver-memory {memory}: more than the {max(max_heap(total), 0) >> 20}m "
+            f"a heap may take of this machine's or container's memory ({total >> 20}m): "
+            f"{100 - round(HEAP_SHARE * 100)} % of it, and at least "
+            f"{HEAP_HEADROOM >> 20}m, is left for the JVM's own memory and Python"
         )

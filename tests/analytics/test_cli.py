@@ -231,12 +231,89 @@ def test_driver_memory_must_fit_the_container(
     args = ["-i", events, "-o", str(tmp_path / "out"), "--driver-memory"]
     with pytest.raises(arguments.UsageError, match=r"--driver-memory 4g: more than .*\(1024m\)"):
         check_job(parser().parse_args([*args, "4g"]), managed=False)
-    check_job(parser().parse_args([*args, "1g"]), managed=False)
+    check_job(parser().parse_args([*args, "512m"]), managed=False)
     (tmp_path / "memory.max").write_text("max\n")
     check_job(parser().parse_args([*args, "4g"]), managed=False)
     monkeypatch.setattr(arguments, "_physical_memory", lambda: 2 * 2**30)
     with pytest.raises(arguments.UsageError, match=r"\(2048m\)"):
         check_job(parser().parse_args([*args, "4g"]), managed=False)
+
+
+def test_the_memory_limit_of_the_process_own_cgroup_counts(tmp_path: Path) -> None:
+    """Only the root of /sys/fs/cgroup was read: a limit on the process's own cgroup (a
+    systemd scope, a pod's container nested in the pod's cgroup) went unseen. The
+    smallest limit from its own cgroup up to the root counts, v2 and v1 alike."""
+    from sidecar.analytics.arguments import cgroup_memory_limit
+
+    own = tmp_path / "self-cgroup"
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods" / "pod1" / "app").mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "kubepods" / "memory.max").write_text(f"{8 * 2**30}\n")
+    (v2 / "kubepods" / "pod1" / "memory.max").write_text(f"{2**30}\n")
+    (v2 / "kubepods" / "pod1" / "app" / "memory.max").write_text("max\n")
+    own.write_text("0::/kubepods/pod1/app\n")
+    assert cgroup_memory_limit(v2, own) == 2**30
+    (v2 / "kubepods" / "pod1" / "app" / "memory.max").write_text(f"{2**29}\n")
+    assert cgroup_memory_limit(v2, own) == 2**29
+    own.write_text("0::/elsewhere\n")  # a cgroup that is not under this mount: the root's
+    assert cgroup_memory_limit(v2, own) is None
+
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "docker" / "abc").mkdir(parents=True)
+    unlimited = "9223372036854771712\n"  # v1's "no limit"
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(unlimited)
+    (v1 / "memory" / "docker" / "memory.limit_in_bytes").write_text(unlimited)
+    (v1 / "memory" / "docker" / "abc" / "memory.limit_in_bytes").write_text(f"{2**30}\n")
+    own.write_text("5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n")
+    assert cgroup_memory_limit(v1, own) == 2**30
+
+
+def test_driver_memory_leaves_room_for_the_jvm_and_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a heap past the whole limit was refused: 2g in a 2 GiB container passed and
+    was killed for memory (the JVM's own memory and Python's come on top of the heap).
+    A heap may take 80 % of the memory, leaving at least 512m."""
+    from sidecar.analytics import arguments
+
+    (tmp_path / "pod").mkdir()
+    (tmp_path / "pod" / "memory.max").write_text(f"{2 * 2**30}\n")
+    (tmp_path / "self-cgroup").write_text("0::/pod\n")
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(arguments, "PROC_CGROUP", tmp_path / "self-cgroup")
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 64 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    args = ["-i", events, "-o", str(tmp_path / "out"), "--driver-memory"]
+    for refused in ("2g", "1537m"):
+        with pytest.raises(arguments.UsageError) as raised:
+            check_job(parser().parse_args([*args, refused]), managed=False)
+        message = str(raised.value)
+        assert message.startswith(f"--driver-memory {refused}: more than the 1536m "), message
+        assert "(2048m)" in message and "\n" not in message, message
+    for accepted in ("1536m", "1g"):
+        check_job(parser().parse_args([*args, accepted]), managed=False)
+    (tmp_path / "pod" / "memory.max").write_text(f"{8 * 2**30}\n")  # 80 % rules here
+    check_job(parser().parse_args([*args, "6553m"]), managed=False)
+    with pytest.raises(arguments.UsageError, match=r"more than the 6553m .*\(8192m\)"):
+        check_job(parser().parse_args([*args, "6554m"]), managed=False)
+
+
+def test_a_driver_memory_refusal_is_one_line_and_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_session: None,
+) -> None:
+    from sidecar.analytics import arguments
+
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path / "no-cgroup")
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 2 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    for command in ([], ["convert"]):
+        out = str(tmp_path / "out")
+        err = refusal([*command, "-i", events, "-o", out, "--driver-memory", "2g"], capsys)
+        assert err.startswith("error: --driver-memory 2g: more than the 1536m "), err
 
 
 def _descendants(pid: int) -> list[int]:
