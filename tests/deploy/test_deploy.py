@@ -65,6 +65,8 @@ KNOWN_METRICS = {
     "member_state",
     "commits_total",
 }
+# The jobs of sidecar targets in deploy/monitoring's copy of RebalanceSidecarTargetDown.
+UP_JOB_REGEX = ".*rebalance-sidecar.*"
 DELIVERY_OUTCOMES = {
     "delivered",
     "failed",
@@ -1416,9 +1418,13 @@ def test_alert_rules_in_deploy_match_the_chart(tools: None) -> None:
     def unscoped(expr: str) -> str:
         return expr.replace("{" + scope + ", ", "{").replace("{" + scope + "}", "").strip()
 
+    def plain_unscoped(expr: str) -> str:
+        # `up` is every target's: the plain copy picks the sidecars' jobs by a regex.
+        return expr.replace(f"up{{job=~{UP_JOB_REGEX!r}}}".replace("'", '"'), "up").strip()
+
     assert [r["alert"] for r in plain_rules] == [r["alert"] for r in chart_rules]
     for mine, theirs in zip(plain_rules, chart_rules, strict=True):
-        assert mine["expr"].strip() == unscoped(theirs["expr"]), mine["alert"]
+        assert plain_unscoped(mine["expr"]) == unscoped(theirs["expr"]), mine["alert"]
         assert mine.get("for") == theirs.get("for"), mine["alert"]
         assert mine["labels"] == theirs["labels"], mine["alert"]
         # The same promtool tests (deploy/monitoring/tests) check both files.
@@ -1444,6 +1450,14 @@ def test_alerts_pass_promtool_check_and_unit_tests(tools: None, tmp_path: Path) 
     assert fired == {r["alert"] for r in plain["spec"]["groups"][0]["rules"]}
 
 
+def chart_alerts(*settings: str) -> dict[str, dict[str, Any]]:
+    """The chart's alert rules by name, rendered with ci/monitoring-values.yaml."""
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    docs = render("--values", CHART / "ci" / "monitoring-values.yaml", *sets)
+    rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    return {r["alert"]: r for r in rules if "alert" in r}
+
+
 def test_an_alert_watches_members_that_stay_out_of_the_group(tools: None) -> None:
     """Readiness follows only the first join, so nothing told anyone about a member that
     stays out of its group (Kafka unreachable, a group that never settles, a drained
@@ -1455,21 +1469,65 @@ def test_an_alert_watches_members_that_stay_out_of_the_group(tools: None) -> Non
     # The states it names are the sidecar's (sidecar/model.py), not guesses.
     states = set(re.findall(r'state=~?"([a-z|]+)"', rule["expr"]))
     assert {s for group in states for s in group.split("|")} == {MemberState.STABLE.value}
-    # Longer than a rebalance: a revoke barrier (30 s) plus a static member's session.
-    assert re.fullmatch(r"\d+m", rule["for"]) and int(rule["for"][:-1]) >= 5
+    # Not stable over a window longer than a rebalance (a revoke barrier of 30 s plus a
+    # static member's session), read with max_over_time so that scrape gaps (a sidecar
+    # that crash-loops) do not start it over; `for:` only rides out one evaluation.
+    (window,) = set(re.findall(r"max_over_time\([^)]*\[(\d+m)\]\)", rule["expr"]))
+    assert int(window[:-1]) >= 5
+    assert f"[{window}] offset {window}" in rule["expr"]  # not for a pod younger than that
+    assert rule["for"] == "1m"
+    assert f"for {window} " in rule["annotations"]["description"]
     assert "kubectl logs" in rule["annotations"]["description"]  # what to look at first
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["monitoring"]["prometheusRule"]["memberNotStableFor"] == rule["for"]
-    docs = render(
-        "--values",
-        CHART / "ci" / "monitoring-values.yaml",
-        "--set",
-        "monitoring.prometheusRule.memberNotStableFor=30m",
-    )
-    chart_rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
-    chart_rule = next(r for r in chart_rules if r["alert"] == rule["alert"])
-    assert chart_rule["for"] == "30m"
+    assert values["monitoring"]["prometheusRule"]["memberNotStableFor"] == window
+    chart_rule = chart_alerts("monitoring.prometheusRule.memberNotStableFor=30m")[rule["alert"]]
+    assert "[30m])) == 0" in chart_rule["expr"]
+    assert "[30m] offset 30m" in chart_rule["expr"]
+    assert chart_rule["for"] == "1m"
     assert "for 30m" in chart_rule["annotations"]["description"]
+
+
+def test_an_alert_watches_sidecars_prometheus_cannot_scrape(tools: None) -> None:
+    """A sidecar that crash-loops or is restarted by liveness leaves gaps, and with them
+    every other alert goes quiet: no shipped rule looked at `up`."""
+    plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+    (rule,) = [r for r in plain["spec"]["groups"][0]["rules"] if re.search(r"\bup\{", r["expr"])]
+    assert rule["alert"] == "RebalanceSidecarTargetDown"
+    assert f"up{{job=~{UP_JOB_REGEX!r}}}".replace("'", '"') in rule["expr"]
+    # The jobs the shipped monitors give the sidecars: the chart's full name (a
+    # ServiceMonitor's Service, a PodMonitor's jobLabel) and the kustomize PodMonitor
+    # (no jobLabel: <namespace>/<name>); not other targets.
+    podmonitor = yaml.safe_load(
+        (REPO / "deploy/kubernetes/components/podmonitor/podmonitor.yaml").read_text()
+    )
+    assert "jobLabel" not in podmonitor["spec"]
+    for job in ("rs-rebalance-sidecar", "orders/" + podmonitor["metadata"]["name"]):
+        assert re.fullmatch(UP_JOB_REGEX, job), job
+    assert not re.fullmatch(UP_JOB_REGEX, "kafka")
+    for monitor in ("podMonitor", "serviceMonitor"):
+        docs = render(
+            *REQUIRED,
+            "--set",
+            f"monitoring.{monitor}.enabled=true",
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
+        )
+        chart_rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        chart_rule = next(r for r in chart_rules if r["alert"] == rule["alert"])
+        assert 'up{namespace="demo", job="rs-rebalance-sidecar"}' in chart_rule["expr"], monitor
+
+
+def test_alert_descriptions_name_the_configured_sidecar_container(tools: None) -> None:
+    rules = chart_alerts("sidecar.name=kafka-agent").values()
+    described = [r for r in rules if "kubectl logs" in r["annotations"]["description"]]
+    assert {r["alert"] for r in described} >= {
+        "RebalanceSidecarMemberNotStable",
+        "RebalanceSidecarTargetDown",
+    }
+    for rule in described:
+        description = rule["annotations"]["description"]
+        assert "-c kafka-agent" in description, rule["alert"]
+        assert "-c rebalance-sidecar" not in description, rule["alert"]
 
 
 def metric_names(text: str) -> set[str]:
