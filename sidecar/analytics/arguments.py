@@ -218,7 +218,7 @@ def check_replaceable(args: argparse.Namespace, lister: Lister, *, convert: bool
     entries = lister(args.output)
     if not entries:  # missing, or empty (not a directory: refused elsewhere)
         return
-    if convert and not _parquet_dataset(lister, args.output, entries):
+    if convert and not _converted(lister, args.output, entries):
         raise UsageError(
             f"--output {args.output}: not empty and not a Parquet dataset convert wrote "
             "(convert replaces the whole directory); pass --overwrite to replace it"
@@ -230,35 +230,61 @@ def check_replaceable(args: argparse.Namespace, lister: Lister, *, convert: bool
         )
 
 
+#: Files Spark writes into a Parquet dataset besides its parts: the job's marker and the
+#: summary files of ``parquet.summary.metadata.level``.
+_DATASET_FILES = {"_SUCCESS", "_metadata", "_common_metadata"}
+
+
+def _hidden(name: str) -> bool:
+    """A dot-file: Hadoop's ``.crc`` checksums, ``.DS_Store``, an editor's or NFS's."""
+    return name.startswith(".")
+
+
 def _parquet_dataset(lister: Lister, where: str, entries: list[tuple[str, bool]] | None) -> bool:
-    """Only what Spark writes for a Parquet dataset: ``part-*`` files, ``_SUCCESS``, their
-    hidden ``.crc`` checksums, a failed write's ``_temporary``, ``key=value``
-    partition directories holding the same."""
+    """Only what Spark writes for a Parquet dataset: ``part-*`` files, ``_SUCCESS``, the
+    summary files ``_metadata`` and ``_common_metadata``, a failed write's ``_temporary``
+    or ``.spark-staging-*``, the S3A magic committer's ``__magic*``, ``key=value``
+    partition directories holding the same, and hidden files (``.crc`` checksums,
+    ``.DS_Store``)."""
     if entries is None:
         return False
     for name, is_dir in entries:
         if not is_dir:
-            written = name == "_SUCCESS" or name.startswith("part-")
-            if not written and not (name.startswith(".") and name.endswith(".crc")):
+            if not (name in _DATASET_FILES or name.startswith("part-") or _hidden(name)):
                 return False
-        elif name != "_temporary" and not (
-            "=" in name
-            and not name.startswith(("_", "."))
-            and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
+        elif not (
+            name == "_temporary"
+            or name.startswith(("__magic", ".spark-staging-"))
+            or (
+                "=" in name
+                and not name.startswith(("_", "."))
+                and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
+            )
         ):
             return False
     return True
 
 
+def _converted(lister: Lister, where: str, entries: list[tuple[str, bool]]) -> bool:
+    """A dataset convert wrote: as :func:`_parquet_dataset`, and not hidden files only
+    (convert deletes the whole directory: a new account's home holds only those)."""
+    return _parquet_dataset(lister, where, entries) and not all(
+        _hidden(name) and not is_dir for name, is_dir in entries
+    )
+
+
 def _job_output(lister: Lister, where: str, entries: list[tuple[str, bool]]) -> bool:
-    """Only what the job (batch or streaming) writes under its ``--output``."""
+    """Only what the job (batch or streaming) writes under its ``--output``, and hidden
+    files (which it leaves alone)."""
     for name, is_dir in entries:
         if name in {*TABLE_NAMES, EVENTS_DIR}:
             ok = is_dir and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
         elif name == CHECKPOINT_DIR:
             ok = is_dir
+        elif is_dir:
+            ok = False
         else:
-            ok = not is_dir and name in {REPORT_NAME, f"{REPORT_NAME}.partial"}
+            ok = name in {REPORT_NAME, f"{REPORT_NAME}.partial"} or _hidden(name)
         if not ok:
             return False
     return True

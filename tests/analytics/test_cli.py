@@ -175,6 +175,56 @@ def test_outputs_that_may_be_replaced(tmp_path: Path) -> None:
     check_job(parser().parse_args(["-i", events, "-o", home, "--overwrite"]), False)
 
 
+def leftovers(dataset: Path) -> Path:
+    """What else a re-run finds in a Parquet dataset Spark wrote: the summary files
+    (``parquet.summary.metadata.level``), an S3A magic committer's and a dynamic
+    overwrite's leftovers, and hidden files (``.DS_Store`` from a Finder, an editor's)."""
+    for name in ("_metadata", "._metadata.crc", "_common_metadata", ".DS_Store", ".nfs0001"):
+        (dataset / name).touch()
+    (dataset / "__magic_job-1" / "task").mkdir(parents=True)
+    (dataset / ".spark-staging-1f2e").mkdir()
+    return dataset
+
+
+def test_rerun_outputs_with_summary_files_committer_leftovers_and_dot_files(
+    tmp_path: Path,
+) -> None:
+    """Re-runs were refused for Parquet summary files, S3A ``__magic*`` leftovers and
+    hidden files such as ``.DS_Store`` in an earlier output."""
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    converted = leftovers(parquet_dataset(tmp_path / "converted", partitioned=True))
+    leftovers(converted / "k=1")
+    check_convert(convert_parser().parse_args(["-i", events, "-o", str(converted)]), False)
+    earlier_job = tmp_path / "earlier-job"
+    for name in (*TABLE_NAMES, "_events"):
+        leftovers(parquet_dataset(earlier_job / name))
+    (earlier_job / "_checkpoint").mkdir()
+    (earlier_job / "report.html").touch()
+    (earlier_job / ".DS_Store").touch()  # the job leaves it be
+    check_job(parser().parse_args(["-i", events, "-o", str(earlier_job)]), False)
+
+
+def test_hidden_files_alone_or_hidden_directories_are_no_earlier_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None
+) -> None:
+    """Accepting dot-files must not make a new account's home (dot-files only: convert
+    would delete them) or a directory with ``.git`` or ``.ssh`` an earlier output."""
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    skeleton = tmp_path / "new-home"
+    skeleton.mkdir()
+    for name in (".bashrc", ".profile"):
+        (skeleton / name).write_text("keep me")
+    refusal(["convert", "-i", events, "-o", str(skeleton)], capsys)
+    for hidden in (".ssh", ".git"):
+        output = tmp_path / f"with{hidden}"
+        parquet_dataset(output / "summary")
+        (output / hidden).mkdir()
+        (output / "summary" / hidden).mkdir()
+        refusal(["-i", events, "-o", str(output)], capsys)
+        refusal(["convert", "-i", events, "-o", str(output / "summary")], capsys)
+    assert (skeleton / ".bashrc").read_text() == "keep me"
+
+
 @pytest.mark.spark
 def test_outputs_spark_wrote_are_replaced_and_others_refused_on_any_file_system(
     spark: SparkSession, small_fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
