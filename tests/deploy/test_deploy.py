@@ -10,6 +10,7 @@ scripts/release.sh.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -965,6 +966,9 @@ def test_helm_test_hook_checks_the_sidecars_readiness(tools: None, tmp_path: Pat
     }
     assert check["securityContext"]["allowPrivilegeEscalation"] is False
     assert spec["securityContext"]["runAsNonRoot"] is True
+    # No mesh proxy: one injected would never exit and `helm test` would hang.
+    assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert pod["metadata"]["annotations"]["linkerd.io/inject"] == "disabled"
     # Valid against the Kubernetes schemas, offline.
     rendered = tmp_path / "hooks.yaml"
     rendered.write_text(yaml.safe_dump_all(hooks))
@@ -998,6 +1002,8 @@ def test_helm_test_hook_takes_its_own_image_and_can_be_disabled(tools: None) -> 
     )
     assert not helm_test_hooks(render(*REQUIRED, "--set", "tests.enabled=false", tests=True))
     assert not helm_test_hooks(render(*REQUIRED, "--set", "workload.enabled=false", tests=True))
+    # No pods to ask: a test that could never pass is left out.
+    assert not helm_test_hooks(render(*REQUIRED, "--set", "workload.replicas=0", tests=True))
     for setting, complaint in (
         ("tests.timeoutSeconds=0", "tests/timeoutSeconds"),
         ("tests.image.pullPolicy=Sometimes", "tests/image/pullPolicy"),
@@ -1008,10 +1014,24 @@ def test_helm_test_hook_takes_its_own_image_and_can_be_disabled(tools: None) -> 
         assert complaint in result.stderr, setting
 
 
-def test_helm_test_pod_passes_only_when_every_sidecar_is_ready(
+# Run before the test pod's script: TARGET_HOST resolves to RESOLVE_TO's addresses, as
+# the headless Service's name does to the pods' IPs in the cluster.
+RESOLVE_TO = """
+import os, socket
+_getaddrinfo = socket.getaddrinfo
+def _resolve(host, port, *args, **kwargs):
+    if host != os.environ["TARGET_HOST"] or not os.environ.get("RESOLVE_TO"):
+        return _getaddrinfo(host, port, *args, **kwargs)
+    return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, port))
+            for a in os.environ["RESOLVE_TO"].split(",")]
+socket.getaddrinfo = _resolve
+"""
+
+
+def test_helm_test_pod_passes_when_enough_sidecars_are_ready(
     tools: None, drain_recorder: DrainRecorder
 ) -> None:
-    """Run the rendered test container's command here, against a stand-in sidecar."""
+    """Run the rendered test container's command here, against stand-in sidecars."""
     server = drain_recorder
     docs = render(
         *REQUIRED,
@@ -1027,24 +1047,38 @@ def test_helm_test_pod_passes_only_when_every_sidecar_is_ready(
     check = pod["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in check["env"]}
     assert env["ADMIN_PORT"] == str(server.port)
+    assert check["command"][:2] == ["python3", "-c"]
+    (script,) = check["args"]
 
     def run_check(**override: str) -> subprocess.CompletedProcess[str]:
-        # The Service's name resolves to the pod IPs in the cluster; here, to this host.
-        environ = {**env, "TARGET_HOST": "127.0.0.1", **override}
-        command = [sys.executable, *check["command"][1:], *check["args"]]
-        return run(*command, env=environ)
+        environ = {**env, "TARGET_HOST": "sidecars.test", "RESOLVE_TO": "127.0.0.1", **override}
+        return run(sys.executable, "-c", RESOLVE_TO + script, env=environ)
 
     passed = run_check()
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "all 1 sidecars are ready: 127.0.0.1" in passed.stdout
+    assert "1 of 1 sidecars are ready (1 expected): 127.0.0.1" in passed.stdout
     # Fewer pods answer than the workload has replicas: not done.
     short = run_check(EXPECTED_PODS="2")
     assert short.returncode == 1, short.stdout
+    assert "1 of 1 sidecars are ready, 2 expected:" in short.stdout
+    # After an upgrade the Service still lists a pod of the previous rollout that
+    # drains (503): enough others answer 200, so the release is fine.
+    with running(DrainRecorder("127.0.0.2", server.port)) as draining:
+        draining.readyz_status = 503
+        both = "127.0.0.1,127.0.0.2"
+        extra = run_check(RESOLVE_TO=both)
+        assert extra.returncode == 0, extra.stdout + extra.stderr
+        assert "1 of 2 sidecars are ready (1 expected): 127.0.0.1" in extra.stdout
+        # Too few 200s: fails, and lists every answer.
+        too_few = run_check(RESOLVE_TO=both, EXPECTED_PODS="2")
+        assert too_few.returncode == 1, too_few.stdout + too_few.stderr
+        assert "1 of 2 sidecars are ready, 2 expected:" in too_few.stdout
+        assert '127.0.0.2: 503 {"ok": false, "reason": "not joined"}' in too_few.stdout
     server.readyz_status = 503
     failed = run_check()
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert '127.0.0.1: 503 {"ok": false, "reason": "not joined"}' in failed.stdout
-    unknown = run_check(TARGET_HOST="no-such-host.invalid")
+    unknown = run_check(TARGET_HOST="no-such-host.invalid", RESOLVE_TO="")
     assert unknown.returncode == 1
     assert "no-such-host.invalid:" in unknown.stdout
 
@@ -1189,7 +1223,7 @@ class DrainRecorder:
     """A stand-in for the sidecar's admin listener that records drain requests (and
     answers /readyz with readyz_status)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[tuple[str, str, str | None]] = []
         self.readyz_status = 200
         recorder = self
@@ -1213,18 +1247,25 @@ class DrainRecorder:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
 
+@contextlib.contextmanager
+def running(recorder: DrainRecorder) -> Iterator[DrainRecorder]:
+    recorder.thread.start()
+    try:
+        yield recorder
+    finally:
+        recorder.server.shutdown()
+        recorder.server.server_close()
+
+
 @pytest.fixture
 def drain_recorder() -> Iterator[DrainRecorder]:
-    recorder = DrainRecorder()
-    recorder.thread.start()
-    yield recorder
-    recorder.server.shutdown()
-    recorder.server.server_close()
+    with running(DrainRecorder()) as recorder:
+        yield recorder
 
 
 def send_like_the_kubelet(hook: dict[str, Any], pod_ip: str = "127.0.0.1") -> int:
