@@ -103,23 +103,37 @@ class RebalanceListener:
             offsets = self._committed(consumer, partitions)
             self.read_identity(consumer)
             self.link.healthy()
-            draft, completed = self._core.assigned(offsets, time.monotonic())
-            self.completed(completed)
-            event = self.record(draft)
-            self._handoff.announce(event)
-            self.log.info(
-                "partitions assigned",
-                partitions=len(offsets),
-                owned=len(self._core.owned),
-                sequence=event.sequence,
-                duration_s=round(time.perf_counter() - started, 4),
-            )
+            self._assigned(offsets, "partitions assigned", started)
         except JournalFailed as exc:
             self.failing(str(exc))
         except Exception:
             self.log.exception("on_assign failed")
         finally:
             self._metrics.callback_seconds["assigned"].observe(time.perf_counter() - started)
+
+    def joined_with_nothing(self) -> None:
+        """KIP-848, a member with nothing to own: no callback comes for an empty assignment
+        (``Membership.joined_with_nothing``); report it as one, as the classic protocol's
+        ``on_assign`` with no partitions does. Member thread, between polls."""
+        if self.failed is not None:
+            return
+        try:
+            self._assigned((), "joined the group with no partitions assigned", time.perf_counter())
+        except JournalFailed as exc:
+            self.failing(str(exc))
+
+    def _assigned(self, offsets: tuple[PartitionOffset, ...], what: str, started: float) -> None:
+        draft, completed = self._core.assigned(offsets, time.monotonic())
+        self.completed(completed)
+        event = self.record(draft)
+        self._handoff.announce(event)
+        self.log.info(
+            what,
+            partitions=len(offsets),
+            owned=len(self._core.owned),
+            sequence=event.sequence,
+            duration_s=round(time.perf_counter() - started, 4),
+        )
 
     def on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         self._on_taken(consumer, partitions, EventType.REVOKED)

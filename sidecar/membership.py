@@ -43,6 +43,10 @@ from sidecar.model import (
 
 # An enforce whose rebalance never completed stops coalescing new requests after this.
 ENFORCE_COALESCE_SECONDS = 60.0
+# KIP-848: how long a member may hold a member epoch with no assignment callback before it
+# counts as joined with nothing assigned (librdkafka calls none for an empty assignment;
+# a non-empty one starts its callback within a metadata lookup).
+EMPTY_JOIN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,12 +97,14 @@ class Membership:
         # The member id the owned partitions were granted to (classic protocol).
         self._owner_id: str | None = None
         self._rebalancing_seen_in_stats = False
+        self._epoch_without_callback_since: float | None = None
 
     # -- sessions ----------------------------------------------------------------------
 
     def session_started(self) -> None:
         """A new consumer: it joins afresh, for no reason left over from the last one."""
         self.state = MemberState.JOINING
+        self._epoch_without_callback_since = None
         self._leave_reason = None
         self.revoking = frozenset()
         self._owner_id = None
@@ -132,6 +138,24 @@ class Membership:
             return False
         self.member_id, self.generation = member_id, generation
         return True
+
+    def joined_with_nothing(self, now: float) -> bool:
+        """KIP-848: in the group (a member id and epoch) but never called back, for
+        ``EMPTY_JOIN_SECONDS``: librdkafka calls no ``on_assign`` for an empty assignment
+        (it is "the same" as the empty one it has), so a member with nothing to own (more
+        members than partitions) would stay ``joining`` for ever: never ready, its
+        application never told. The caller then reports an empty assignment."""
+        if not (
+            self.identity.kip848
+            and self.state is MemberState.JOINING
+            and self.member_id is not None
+            and self.generation >= 1
+        ):
+            self._epoch_without_callback_since = None
+            return False
+        if self._epoch_without_callback_since is None:
+            self._epoch_without_callback_since = now
+        return now - self._epoch_without_callback_since >= EMPTY_JOIN_SECONDS
 
     def epoch_moved(self, now: float) -> RebalanceCompleted | None:
         """KIP-848 bumps member epochs with no callback when nothing moves here: count it."""

@@ -180,3 +180,39 @@ def test_a_second_signal_or_the_deadline_forces_the_exit(
         second.process.send_signal(signal.SIGTERM)
         assert second.process.wait(20) == 1
         assert "shutdown deadline passed" in second.logs()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "strategy"), [("classic", "range"), ("consumer", None)], ids=["classic", "kip848"]
+)
+def test_a_member_with_nothing_to_own_is_in_the_group_and_says_so(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+    protocol: str,
+    strategy: str | None,
+) -> None:
+    """More members than partitions (an autoscaled fleet): under KIP-848 librdkafka calls
+    no on_assign for an empty assignment, so the idle member stayed ``joining`` for ever:
+    never ready (a rollout that keeps every pod ready hung on it), its application never
+    told it is in the group. Both protocols now give it a ``stable`` state, an empty
+    ``assigned`` event and readiness."""
+    topic = topic_factory(1)
+    first = sidecar_factory(group_id, topic, protocol=protocol, strategy=strategy)
+    first.wait_stable()
+    second = sidecar_factory(group_id, topic, protocol=protocol, strategy=strategy)
+    members = [first, second]
+    wait_until(  # member epochs differ under KIP-848: no common generation to compare
+        lambda: (
+            all(s.assignment()["state"] == "stable" for s in members)
+            and sum(len(s.partitions()) for s in members) == 1
+        ),
+        60,
+        "both members stable, the one partition owned",
+    )
+    (idle,) = [s for s in members if not s.partitions()]  # the range assignor may pick either
+    assert idle.assignment()["member_id"]
+    assigned = [e for e in idle.history() if e["type"] == "kafka.partitions.assigned"]
+    assert assigned, idle.history()
+    assert assigned[-1]["data"]["assignment"] == assigned[-1]["data"]["partitions"] == []
+    assert idle.admin.get("/readyz").status_code == 200
