@@ -20,6 +20,7 @@ offsets live in the checkpoint, so a restart resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,15 +140,24 @@ def start_stream(
 def run_stream(
     spark: SparkSession, options: StreamOptions, *, timeout_seconds: float | None
 ) -> int:
-    """Run until ``timeout_seconds`` (or forever); returns the batches processed."""
+    """Run until ``timeout_seconds`` (or forever); returns the batches processed.
+
+    Whatever ends the wait early stops the query and is raised: from the command line a
+    Ctrl-C stops the session from another thread (:mod:`.interrupt`), and the failing
+    wait ends the command with ``interrupted``, exit 130; called from Python (a notebook)
+    PySpark's own handler raises ``KeyboardInterrupt`` here, and the caller gets it, not a
+    return as if the timeout had passed. Either way the checkpoint holds the batches
+    committed so far, and a rerun with it resumes from there."""
     query, refresher = start_stream(spark, options)
     try:
         if timeout_seconds is None:
             query.awaitTermination()
         else:
             query.awaitTermination(max(1, math.ceil(timeout_seconds)))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        query.stop()
+    except BaseException:
+        # The session may be going down already; the error raised says what happened.
+        with contextlib.suppress(Exception):
+            query.stop()
+        raise
+    query.stop()
     return refresher.batches

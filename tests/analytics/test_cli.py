@@ -469,3 +469,32 @@ def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: st
     else:
         assert done.stdout.splitlines()[1:] == ["cancelled", "stopped"], done.stdout
         assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
+
+
+def test_a_keyboard_interrupt_in_a_stream_stops_it_and_reaches_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Called from Python (a notebook), PySpark's handler raises KeyboardInterrupt in the
+    wait; run_stream swallowed it and returned as if the timeout had passed. Now the query
+    is stopped and the interrupt raised (a stop that fails on a dying session does not
+    hide it)."""
+    from sidecar.analytics import streaming
+
+    class Query:
+        stops = 0
+
+        def awaitTermination(self, timeout: int | None = None) -> None:
+            raise KeyboardInterrupt
+
+        def stop(self) -> None:
+            Query.stops += 1
+            raise RuntimeError("the session is gone")
+
+    class Refresher:
+        batches = 3
+
+    monkeypatch.setattr(streaming, "start_stream", lambda spark, options: (Query(), Refresher()))
+    options = streaming.StreamOptions(inputs=["kafka://h:1/t"], output="out")
+    with pytest.raises(KeyboardInterrupt):
+        streaming.run_stream(None, options, timeout_seconds=5)  # type: ignore[arg-type]
+    assert Query.stops == 1
