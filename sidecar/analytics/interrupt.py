@@ -27,9 +27,14 @@ STOP_SECONDS = 60.0
 
 
 def _stop(spark: SparkSession | None) -> None:
+    """Streaming queries first (a query's own thread outlives ``spark.stop()``, and the
+    main thread's ``awaitTermination`` with it), then the jobs, then the session."""
     if spark is None:
         return
     try:
+        for query in spark.streams.active:
+            with contextlib.suppress(Exception):
+                query.stop()
         spark.sparkContext.cancelAllJobs()
     finally:
         spark.stop()

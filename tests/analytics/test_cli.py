@@ -430,8 +430,15 @@ from sidecar.analytics.interrupt import Interrupt
 class Context:
     def cancelAllJobs(self): print("cancelled", flush=True)
 
+class Query:
+    def stop(self): print("query stopped", flush=True)
+
+class Streams:
+    active = [Query()]
+
 class Session:
     sparkContext = Context()
+    streams = Streams()
     def stop(self): print("stopped", flush=True)
 
 interrupt = Interrupt()
@@ -467,7 +474,7 @@ def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: st
     if presses == "twice":
         assert "still starting" not in done.stdout
     else:
-        assert done.stdout.splitlines()[1:] == ["cancelled", "stopped"], done.stdout
+        assert done.stdout.splitlines()[1:] == ["query stopped", "cancelled", "stopped"]
         assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
 
 

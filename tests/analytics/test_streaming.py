@@ -168,11 +168,6 @@ def stream_until_committed(bootstrap: str, topic: str, output: Path, batch: int)
     return err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: SIGINT to a running --stream is not acted on; the process was still "
-    "running 120 s later (interrupt.py stops the session, not the query; not fixed here)",
-)
 def test_ctrl_c_stops_a_stream_and_a_rerun_resumes_from_its_checkpoint(
     spark: SparkSession,
     kafka_bootstrap: str,
