@@ -71,6 +71,8 @@ _MEMORY = re.compile(r"([0-9]+)([kmgt])", re.IGNORECASE)
 _MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 # Spark refuses a heap under 450 MiB; 512m is the smallest round size the JVM gives that.
 MIN_DRIVER_MEMORY = "512m"
+#: The driver heap when --driver-memory is not given (lowered to what the machine allows).
+DEFAULT_DRIVER_MEMORY = "2g"
 
 
 def _memory_bytes(text: str) -> int | None:
@@ -125,7 +127,7 @@ def check_job(args: argparse.Namespace, managed: bool) -> None:
     if any(is_kafka_url(i) for i in args.input) and not args.packages:
         kafka_jars(args.kafka_jars)
     _check_master(args.master)
-    _check_driver_memory(args.driver_memory)
+    args.driver_memory = _driver_memory(args.driver_memory)
 
 
 def check_convert(args: argparse.Namespace, managed: bool) -> None:
@@ -150,7 +152,7 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
     if local is not None:
         check_replaceable(args, list_local, convert=True)
     _check_master(args.master)
-    _check_driver_memory(args.driver_memory)
+    args.driver_memory = _driver_memory(args.driver_memory)
 
 
 # Hadoop's glob characters; Python's glob knows all but the {a,b} alternatives.
@@ -410,6 +412,21 @@ HEAP_HEADROOM = 512 * 2**20
 def max_heap(available: int) -> int:
     """The largest driver heap that leaves room for the rest in ``available`` bytes."""
     return min(int(available * HEAP_SHARE), available - HEAP_HEADROOM)
+
+
+def _driver_memory(given: str | None) -> str:
+    """The one given, checked; else the default, lowered to what fits (never below the
+    least a driver needs: then the check says why)."""
+    if given is not None:
+        _check_driver_memory(given)
+        return given
+    total = memory_available(CGROUP_ROOT, PROC_CGROUP)
+    default = _memory_bytes(DEFAULT_DRIVER_MEMORY)
+    if total is None or default is None or default <= max_heap(total):
+        return DEFAULT_DRIVER_MEMORY
+    fitting = f"{max(max_heap(total), _memory_bytes(MIN_DRIVER_MEMORY) or 0) >> 20}m"
+    _check_driver_memory(fitting)
+    return fitting
 
 
 def _check_driver_memory(memory: str) -> None:

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from . import session as sessions
 from .arguments import (
+    DEFAULT_DRIVER_MEMORY,
     EXIT_CODES,
     EXIT_FAILED,
     EXIT_USAGE,
@@ -160,8 +161,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--driver-memory",
         type=driver_memory,
-        default="2g",
-        help="driver JVM memory for a local run, at least 512m (default %(default)s)",
+        default=None,
+        help="driver JVM memory for a local run: at least 512m, at most 80 %% of the "
+        "memory (the host's or the container's, the smaller) and 512m less than it "
+        f"(default {DEFAULT_DRIVER_MEMORY}, or that most when less)",
     )
     p.add_argument(
         "--shuffle-partitions",
@@ -243,8 +246,10 @@ def convert_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--driver-memory",
         type=driver_memory,
-        default="2g",
-        help="driver memory, at least 512m (default %(default)s)",
+        default=None,
+        help="driver memory: at least 512m, at most 80 %% of the memory (the host's or "
+        f"the container's, the smaller) and 512m less than it (default {DEFAULT_DRIVER_MEMORY}, "
+        "or that most when less)",
     )
     return p
 

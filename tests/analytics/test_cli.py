@@ -505,3 +505,31 @@ def test_a_keyboard_interrupt_in_a_stream_stops_it_and_reaches_the_caller(
     with pytest.raises(KeyboardInterrupt):
         streaming.run_stream(None, options, timeout_seconds=5)  # type: ignore[arg-type]
     assert Query.stops == 1
+
+
+def test_the_default_driver_memory_fits_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the headroom rule, the default 2g was refused outright in a container of less
+    than 2.5 GiB, although the user asked for nothing: the default now lowers itself to
+    what fits; what the user gives is checked as given."""
+    from sidecar.analytics import arguments
+
+    (tmp_path / "memory.max").write_text(f"{3 * 2**29}\n")  # 1.5 GiB
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(arguments, "PROC_CGROUP", tmp_path / "no-such-file")
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 64 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    args = ["-i", events, "-o", str(tmp_path / "out")]
+    defaulted = parser().parse_args(args)
+    check_job(defaulted, managed=False)
+    assert defaulted.driver_memory == "1024m"  # min(80 %, all but 512m) of 1.5 GiB
+    with pytest.raises(arguments.UsageError, match="--driver-memory 2g: more than the 1024m"):
+        check_job(parser().parse_args([*args, "--driver-memory", "2g"]), managed=False)
+    (tmp_path / "memory.max").write_text("max\n")
+    roomy = parser().parse_args(args)
+    check_job(roomy, managed=False)
+    assert roomy.driver_memory == "2g"
+    under_submit = parser().parse_args(args)
+    check_job(under_submit, managed=True)
+    assert under_submit.driver_memory is None  # spark-submit's own --driver-memory rules
