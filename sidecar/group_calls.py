@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -64,12 +65,27 @@ def identity_of(cgmd: bytes) -> tuple[str | None, int] | None:
     return fields[1].decode("utf-8", "replace") or None, generation_of(cgmd)
 
 
+_warned: list[bool] = []
+
+
+def _unknown_format_once() -> None:
+    """Say it once per process: without the generation, rebalances are counted once and
+    their durations not at all, events carry generation -1 and analytics drops them."""
+    if not _warned:
+        _warned.append(True)
+        structlog.get_logger("sidecar.member").warning(
+            "librdkafka's group metadata is in a format this sidecar does not know: "
+            "generation unknown (-1) from now on; upgrade rebalance-sidecar"
+        )
+
+
 def read_identity(consumer: Consumer) -> tuple[str | None, int] | None:
     """The member id and generation librdkafka holds now (one request to its main thread);
     ``None`` while it cannot say."""
     try:
         identity = identity_of(bytes(consumer.consumer_group_metadata()))
         if identity is None:  # a format this code does not know: the member id at least
+            _unknown_format_once()
             return consumer.memberid() or None, -1
     except (KafkaException, RuntimeError, TypeError):
         return None

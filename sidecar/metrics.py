@@ -8,6 +8,7 @@ current snapshot at scrape time by ``StateCollector``, so they can never go stal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -142,8 +143,8 @@ class Metrics:
         time it starts (and deletes the old one) would otherwise grow the scrape by a
         counter per outcome and a histogram on every restart, for the sidecar's lifetime."""
         for outcome in DeliveryOutcome:
-            self.deliveries.remove(webhook, outcome.value)
-        self.delivery_duration.remove(webhook)
+            _remove(self.deliveries, webhook, outcome.value)
+        _remove(self.delivery_duration, webhook)
 
     def describe(self, version: str, group_id: str, protocol: str, group_protocol: str) -> None:
         self.build.info(
@@ -157,6 +158,13 @@ class Metrics:
 
     def observe_state(self, snapshot: Callable[[], Assignment], state: StateSources) -> None:
         self.registry.register(StateCollector(snapshot, state))
+
+
+def _remove(metric: Counter | Histogram, *labels: str) -> None:
+    """``remove`` of a child that may not exist: prometheus-client before 0.22 raises
+    KeyError for one never observed (a webhook has a series only per outcome it had)."""
+    with contextlib.suppress(KeyError):
+        metric.remove(*labels)
 
 
 @dataclass

@@ -198,9 +198,9 @@ class Settings(BaseSettings):
         default=64,
         ge=1,
         le=10_000,
-        description="At most this many webhooks; a POST /webhooks past it is refused (409) "
-        "until one is deleted. Webhooks declared in SIDECAR_WEBHOOKS count but are never "
-        "refused.",
+        description="At most this many webhooks that deliver (one disabled by a 410 does not "
+        "count); a POST /webhooks past it is refused (409) until one is deleted. Webhooks "
+        "declared in SIDECAR_WEBHOOKS count but are never refused.",
     )
     webhook_max_attempts: int = Field(
         default=0, ge=0, description="Give up a delivery after this many attempts (0: no limit)."

@@ -134,13 +134,6 @@ class Registry:
         sub_id: str | None = None,
     ) -> Subscription:
         existing = self._journal.subscription(sub_id) if sub_id else None
-        if existing is None and origin == "api" and self._max_count is not None:
-            count = len(self._journal.subscriptions())
-            if count >= self._max_count:
-                raise TooManyWebhooks(
-                    f"there are {count} webhooks already, the most SIDECAR_WEBHOOK_MAX_COUNT "
-                    "allows: delete one (DELETE /webhooks/{id}) before registering another"
-                )
         sub = Subscription(
             id=sub_id or "wh_" + uuid.uuid4().hex[:16],
             url=check_url(url, self._allowed_hosts),
@@ -156,6 +149,8 @@ class Registry:
             cursor=existing.cursor if existing else self._journal.last_sequence(),
             disabled_reason=None,
         )
+        if existing is None and origin == "api":
+            self._check_room()
         if existing is not None and existing.disabled_reason is not None:
             if _same_target(existing, sub):
                 # Disabled (410 Gone) and declared again unchanged: still gone.
@@ -168,6 +163,18 @@ class Registry:
         else:
             self._dispatcher.remove(sub.id)
         return sub
+
+    def _check_room(self) -> None:
+        """``SIDECAR_WEBHOOK_MAX_COUNT``, counting the webhooks that deliver: one disabled
+        by a ``410`` holds no courier, connection or retention."""
+        if self._max_count is None:
+            return
+        count = sum(1 for sub in self._journal.subscriptions() if sub.disabled_reason is None)
+        if count >= self._max_count:
+            raise TooManyWebhooks(
+                f"there are {count} webhooks already, the most SIDECAR_WEBHOOK_MAX_COUNT "
+                "allows: delete one (DELETE /webhooks/{id}) before registering another"
+            )
 
     def declare(self, specs: Iterable[WebhookSpec]) -> list[Subscription]:
         """Make the declared subscriptions what settings say (ids stable across restarts)."""

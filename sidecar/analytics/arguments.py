@@ -424,9 +424,15 @@ def _driver_memory(given: str | None) -> str:
     default = _memory_bytes(DEFAULT_DRIVER_MEMORY)
     if total is None or default is None or default <= max_heap(total):
         return DEFAULT_DRIVER_MEMORY
-    fitting = f"{max(max_heap(total), _memory_bytes(MIN_DRIVER_MEMORY) or 0) >> 20}m"
-    _check_driver_memory(fitting)
-    return fitting
+    least = _memory_bytes(MIN_DRIVER_MEMORY) or 0
+    if max_heap(total) < least:
+        raise UsageError(
+            f"this machine's or container's memory ({total >> 20}m) leaves no room for the "
+            f"least driver heap ({MIN_DRIVER_MEMORY}) next to the JVM's own memory and "
+            f"Python's ({HEAP_HEADROOM >> 20}m or {100 - round(HEAP_SHARE * 100)} %): "
+            "run it on a larger one, or on a cluster"
+        )
+    return f"{max_heap(total) >> 20}m"
 
 
 def _check_driver_memory(memory: str) -> None:

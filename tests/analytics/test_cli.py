@@ -533,3 +533,22 @@ def test_the_default_driver_memory_fits_the_machine(
     under_submit = parser().parse_args(args)
     check_job(under_submit, managed=True)
     assert under_submit.driver_memory is None  # spark-submit's own --driver-memory rules
+
+
+def test_a_machine_too_small_for_any_driver_is_one_line_about_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --driver-memory on a 900 MiB container, the error named a
+    "--driver-memory 512m" the user never gave."""
+    from sidecar.analytics import arguments
+
+    (tmp_path / "memory.max").write_text(f"{900 * 2**20}\n")
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(arguments, "PROC_CGROUP", tmp_path / "no-such-file")
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 64 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    with pytest.raises(arguments.UsageError) as raised:
+        check_job(parser().parse_args(["-i", events, "-o", str(tmp_path / "out")]), False)
+    message = str(raised.value)
+    assert "--driver-memory" not in message and "(900m)" in message, message
+    assert "least driver heap (512m)" in message and "\n" not in message, message

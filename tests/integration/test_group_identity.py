@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
+from structlog.testing import capture_logs
 
+from sidecar import group_calls
 from sidecar.group_calls import identity_of, read_identity
 
 
@@ -86,4 +88,9 @@ def test_a_metadata_format_not_known_still_gives_the_member_id() -> None:
         def memberid(self) -> str:
             return "rdkafka-1"
 
-    assert read_identity(Changed()) == ("rdkafka-1", -1)  # type: ignore[arg-type]
+    group_calls._warned.clear()  # the warning is once per process
+    with capture_logs() as logs:
+        assert read_identity(Changed()) == ("rdkafka-1", -1)  # type: ignore[arg-type]
+        assert read_identity(Changed()) == ("rdkafka-1", -1)  # type: ignore[arg-type]
+    said = [line for line in logs if "format this sidecar does not know" in line["event"]]
+    assert len(said) == 1, logs  # said once, with the generation unknown from then on

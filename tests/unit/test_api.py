@@ -677,5 +677,12 @@ def test_webhooks_past_the_limit_are_refused_until_one_is_deleted(tmp_path: Path
         assert (await client.post("/webhooks", json=hook)).status_code == 409  # 2 declared
         runtime.registry.declare(declared(1))
         assert (await client.post("/webhooks", json=hook)).status_code == 201
+        # Full again. A bad URL is still a 422 (what is wrong with it), not the limit.
+        bad = await client.post("/webhooks", json={**hook, "url": "ftp://127.0.0.1/x"})
+        assert bad.status_code == 422, bad.text
+        # One disabled by a 410 delivers nothing and holds nothing: it does not count.
+        (api_hook,) = [s for s in runtime.registry.list() if s.origin == "api"]
+        runtime.journal.disable(api_hook.id, "410 Gone from the app")
+        assert (await client.post("/webhooks", json=hook)).status_code == 201
 
     run(tmp_path, scenario, webhook_max_count=2)

@@ -717,3 +717,17 @@ def test_a_deleted_webhook_leaves_no_metric_series(tmp_path: Path) -> None:
             assert not series(rig, gone.id)
 
     run(scenario, tmp_path)
+
+
+def test_forgetting_a_webhook_never_seen_by_a_series_is_no_error() -> None:
+    """prometheus-client before 0.22 (the floor allows 0.20) raises KeyError when a child
+    that was never observed is removed, and no webhook has a series for every outcome:
+    each delete failed on the loop (a 410-disabled declared webhook stopped the start)."""
+    from sidecar import metrics
+
+    class Old:
+        def remove(self, *labels: str) -> None:
+            raise KeyError(labels)
+
+    metrics._remove(Old(), "wh_1", "failed")  # type: ignore[arg-type]
+    Metrics(CollectorRegistry()).forget_webhook("wh_never_delivered")
