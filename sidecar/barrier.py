@@ -9,7 +9,7 @@ validated here (``parse_offsets``) and handed back with the outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +64,18 @@ class RevokeBarrier:
 
 
 class Barriers:
-    """The open barriers, by event sequence. Loop-side only."""
+    """The open barriers, by event sequence. Loop-side only.
 
-    def __init__(self) -> None:
+    ``on_abandoned(barrier, answering)`` runs when a barrier closes (its last answer, or
+    its expiry) after the member thread stopped waiting for it: the offsets its
+    subscribers handed back go nowhere, and each of them but ``answering`` (whose own
+    answer is refused, and recorded so by its courier) must be told so."""
+
+    def __init__(
+        self, on_abandoned: Callable[[RevokeBarrier, str | None], None] = lambda b, s: None
+    ) -> None:
         self._open: dict[int, RevokeBarrier] = {}
+        self._on_abandoned = on_abandoned
 
     def open(self, event: Event, waiting: Iterable[str], done: BarrierDone) -> None:
         barrier = RevokeBarrier(event, set(waiting), done)
@@ -76,9 +84,16 @@ class Barriers:
             return
         self._open[event.sequence] = barrier
 
-    def expire(self, event: Event) -> RevokeBarrier | None:
-        """Close the event's barrier unanswered; ``None`` when it had closed already."""
-        return self._open.pop(event.sequence, None)
+    def expire(self, event: Event) -> BarrierOutcome | None:
+        """Close the event's barrier unanswered and hand its outcome on; ``None`` when it had
+        closed already. Its ``waiting`` says who did not answer."""
+        barrier = self._open.pop(event.sequence, None)
+        if barrier is None:
+            return None
+        outcome = barrier.outcome(timed_out=True)
+        if not barrier.done(outcome):
+            self._on_abandoned(barrier, None)
+        return outcome
 
     def settle(
         self, sub_id: str, event: Event, ok: bool, offsets: tuple[PartitionOffset, ...] = ()
@@ -88,9 +103,12 @@ class Barriers:
         barrier = self._open.get(event.sequence)
         if barrier is None:
             return False
+        was_waiting = sub_id in barrier.waiting
         taken = barrier.settle(sub_id, ok, offsets)
         if not barrier.waiting:
             self._open.pop(event.sequence, None)
+            if was_waiting and not taken:  # the last answer, and nobody waits any more
+                self._on_abandoned(barrier, sub_id)
         return taken
 
     def forget(self, sub_id: str) -> None:

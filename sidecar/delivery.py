@@ -67,7 +67,7 @@ class Dispatcher:
         self._pass_over_after = pass_over_after
         self._policy = policy
         self._client_factory = client_factory
-        self._barriers = Barriers()
+        self._barriers = Barriers(on_abandoned=self._abandoned)
         self._deliveries = DeliveryLog(journal, metrics, self._barriers)
         self._couriers: dict[str, Courier] = {}
         # The last sequence announced to the loop. A courier reads no further: an event the
@@ -141,10 +141,10 @@ class Dispatcher:
         self._barriers.open(event, waiting, done)
 
     def barrier_expired(self, event: Event) -> BarrierOutcome:
-        barrier = self._barriers.expire(event)
-        if barrier is None:
+        outcome = self._barriers.expire(event)
+        if outcome is None:
             return BarrierOutcome(timed_out=True)
-        for sub_id in sorted(barrier.waiting):
+        for sub_id in outcome.waiting:
             self._deliveries.record(
                 sub_id,
                 event,
@@ -156,18 +156,21 @@ class Dispatcher:
             "revoke barrier timed out",
             sequence=event.sequence,
             event_type=event.type.value,
-            waiting=sorted(barrier.waiting),
+            waiting=list(outcome.waiting),
         )
-        outcome = barrier.outcome(timed_out=True)
-        if not barrier.done(outcome):
-            # The member thread stopped waiting before this ran (the loop was busy): what
-            # the subscribers that did answer handed back goes nowhere. Say so, per answer.
-            for sub_id in barrier.handed_back:
-                self._deliveries.record(
-                    sub_id,
-                    event,
-                    DeliveryOutcome.OFFSETS_REJECTED,
-                    error="handed back, but the member stopped waiting for the barrier "
-                    "before it expired (the loop was busy): not committed",
-                )
         return outcome
+
+    def _abandoned(self, barrier: RevokeBarrier, answering: str | None) -> None:
+        """The member thread stopped waiting before ``barrier`` closed (the loop was busy):
+        what its subscribers handed back goes nowhere. Say so, per subscriber that still
+        exists (a deleted one's records and metric series are gone with it)."""
+        for sub_id in barrier.handed_back:
+            if sub_id == answering or sub_id not in self._couriers:
+                continue
+            self._deliveries.record(
+                sub_id,
+                barrier.event,
+                DeliveryOutcome.OFFSETS_REJECTED,
+                error="handed back, but the member stopped waiting for the barrier "
+                "before it closed (the loop was busy): not committed",
+            )

@@ -165,12 +165,7 @@ def test_an_answer_settled_while_the_expiry_is_in_flight_keeps_its_offsets() -> 
                 loop.call_later(0.15, busy_then_answer)
 
             def barrier_expired(self, event: Event) -> BarrierOutcome:  # as the dispatcher
-                barrier = barriers.expire(event)
-                return (
-                    BarrierOutcome(timed_out=True)
-                    if barrier is None
-                    else barrier.outcome(timed_out=True)
-                )
+                return barriers.expire(event) or BarrierOutcome(timed_out=True)
 
         handoff.attach(LateApp())
         outcome = await asyncio.to_thread(handoff.await_barrier, _revoked_event(), 0.2)
@@ -207,12 +202,7 @@ def test_an_answer_after_the_member_stopped_waiting_is_refused_not_lost() -> Non
                 loop.call_later(0.05, busy_then_answer)
 
             def barrier_expired(self, event: Event) -> BarrierOutcome:
-                barrier = barriers.expire(event)
-                return (
-                    BarrierOutcome(timed_out=True)
-                    if barrier is None
-                    else barrier.outcome(timed_out=True)
-                )
+                return barriers.expire(event) or BarrierOutcome(timed_out=True)
 
         handoff.attach(BusyApp())
         outcome = await asyncio.to_thread(handoff.await_barrier, _revoked_event(), 0.2)

@@ -266,6 +266,67 @@ def test_offsets_answered_in_time_are_rejected_when_the_member_stopped_waiting(
     run(scenario, tmp_path)
 
 
+def test_offsets_answered_in_time_are_rejected_when_the_last_answer_finds_nobody_waiting(
+    tmp_path: Path,
+) -> None:
+    """The same, but the barrier closes by its last answer, not by its expiry: that answer
+    came after the member thread stopped waiting. Its own courier recorded the refusal;
+    the other subscriber's handed-back offsets were still 'delivered' and nothing more."""
+    secret = new_secret()
+
+    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
+
+    async def scenario(rig: Rig) -> None:
+        with running(secret, hand_back) as app, running(secret, lambda e: (204, None, 0.5)) as late:
+            early = rig.registry.create(
+                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            last = rig.registry.create(
+                url=late.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            event = rig.append(revoked())
+            rig.dispatcher.open_barrier(event, lambda outcome: False)  # the thread gave up
+            await until(lambda: len(rig.journal.deliveries(last.id, 10)) == 1)
+            log = {d.outcome: d for d in rig.journal.deliveries(early.id, 10)}
+            assert set(log) == {"delivered", "offsets_rejected"}, log
+            assert [d.outcome for d in rig.journal.deliveries(last.id, 10)] == ["delivered"]
+
+    run(scenario, tmp_path)
+
+
+def test_a_deleted_webhook_gets_no_rejection_record_from_its_barrier(tmp_path: Path) -> None:
+    """A subscriber that handed offsets back and was deleted before its abandoned barrier
+    expired: the rejection record brought its metric series back, for good."""
+    secret = new_secret()
+
+    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
+
+    async def scenario(rig: Rig) -> None:
+        with (
+            running(secret, hand_back) as app,
+            running(secret, lambda e: (204, None, 5.0)) as stuck,
+        ):
+            gone = rig.registry.create(
+                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+            )
+            rig.registry.create(
+                url=stuck.url, events=None, mode="blocking", secret=secret, timeout_ms=9000
+            )
+            event = rig.append(revoked())
+            rig.dispatcher.open_barrier(event, lambda outcome: False)
+            await until(lambda: len(rig.journal.deliveries(gone.id, 10)) == 1)
+            assert rig.registry.delete(gone.id)
+            await asyncio.sleep(0.1)  # its courier stopped, its series went
+            rig.dispatcher.barrier_expired(event)
+            assert rig.journal.deliveries(gone.id, 10) == []
+            text = generate_latest(rig.metrics.registry).decode()
+            assert f'webhook="{gone.id}"' not in text
+
+    run(scenario, tmp_path)
+
+
 def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> None:
     secret = new_secret()
 
