@@ -215,7 +215,10 @@ class GroupMember:
                     if self._listener.read_identity(consumer):
                         self._listener.completed(self._core.epoch_moved(time.monotonic()))
                         self._publish()
-                    if self._core.joined_with_nothing(now):
+                    if (
+                        self._core.joined_with_nothing(now, self._settings.revoke_timeout_ms / 1000)
+                        and not consumer.assignment()
+                    ):
                         self._listener.joined_with_nothing()
                     self._probe_contact(consumer, now)
                 if self._restore_subscription_at and now >= self._restore_subscription_at:

@@ -43,10 +43,12 @@ from sidecar.model import (
 
 # An enforce whose rebalance never completed stops coalescing new requests after this.
 ENFORCE_COALESCE_SECONDS = 60.0
-# KIP-848: how long a member may hold a member epoch with no assignment callback before it
-# counts as joined with nothing assigned (librdkafka calls none for an empty assignment;
-# a non-empty one starts its callback within a metadata lookup).
-EMPTY_JOIN_SECONDS = 1.0
+# KIP-848: beyond the revoke timeout, how long a member may hold a member epoch with no
+# assignment callback before it counts as joined with nothing assigned. librdkafka calls
+# none for an empty assignment, and a joining member whose partitions other members still
+# release gets an empty one too, until they have (their revoke barriers, then a heartbeat:
+# 5 s by default under KIP-848).
+EMPTY_JOIN_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,15 @@ class Membership:
         self._owner_id: str | None = None
         self._rebalancing_seen_in_stats = False
         self._epoch_without_callback_since: float | None = None
+        self._epoch_without_callback: int | None = None
+        self._lost_at_generation: int | None = None
 
     # -- sessions ----------------------------------------------------------------------
 
     def session_started(self) -> None:
         """A new consumer: it joins afresh, for no reason left over from the last one."""
         self.state = MemberState.JOINING
-        self._epoch_without_callback_since = None
+        self._epoch_without_callback_since = self._epoch_without_callback = None
         self._leave_reason = None
         self.revoking = frozenset()
         self._owner_id = None
@@ -139,23 +143,31 @@ class Membership:
         self.member_id, self.generation = member_id, generation
         return True
 
-    def joined_with_nothing(self, now: float) -> bool:
-        """KIP-848: in the group (a member id and epoch) but never called back, for
-        ``EMPTY_JOIN_SECONDS``: librdkafka calls no ``on_assign`` for an empty assignment
-        (it is "the same" as the empty one it has), so a member with nothing to own (more
-        members than partitions) would stay ``joining`` for ever: never ready, its
-        application never told. The caller then reports an empty assignment."""
+    def joined_with_nothing(self, now: float, revoke_timeout_s: float) -> bool:
+        """KIP-848: in the group (a member id and epoch) with nothing owned and no callback,
+        for the revoke timeout plus ``EMPTY_JOIN_GRACE_SECONDS`` at the same epoch: joined,
+        or rejoined after a loss, with nothing to own. librdkafka calls no ``on_assign``
+        for an empty assignment (it is "the same" as the empty one it has), so such a
+        member (more members than partitions) would stay ``joining`` (or ``lost``) for
+        ever: never ready, its application never told. The caller reports an empty
+        assignment. A member whose partitions come later than that (a peer slower to
+        release them than its own revoke bound) is told twice: empty, then its
+        partitions, as a classic cooperative member is."""
+        rejoined = self.state is MemberState.LOST and self.generation != self._lost_at_generation
         if not (
             self.identity.kip848
-            and self.state is MemberState.JOINING
+            and (self.state is MemberState.JOINING or rejoined)
+            and not self.owned
             and self.member_id is not None
             and self.generation >= 1
         ):
-            self._epoch_without_callback_since = None
+            self._epoch_without_callback_since = self._epoch_without_callback = None
             return False
-        if self._epoch_without_callback_since is None:
+        if self._epoch_without_callback != self.generation:
+            self._epoch_without_callback = self.generation
             self._epoch_without_callback_since = now
-        return now - self._epoch_without_callback_since >= EMPTY_JOIN_SECONDS
+        since = self._epoch_without_callback_since
+        return since is not None and now - since >= revoke_timeout_s + EMPTY_JOIN_GRACE_SECONDS
 
     def epoch_moved(self, now: float) -> RebalanceCompleted | None:
         """KIP-848 bumps member epochs with no callback when nothing moves here: count it."""
@@ -212,6 +224,7 @@ class Membership:
             self.owned.pop(po.tp, None)
         if kind is EventType.LOST:
             self.state = MemberState.LOST
+            self._lost_at_generation = self.generation
             self.revoking = frozenset()
         else:
             self.state = MemberState.REBALANCING

@@ -6,6 +6,7 @@ import pytest
 
 from sidecar.commands import NotInGroup, NotOwned, StaleGeneration
 from sidecar.membership import (
+    EMPTY_JOIN_GRACE_SECONDS,
     ENFORCE_COALESCE_SECONDS,
     EnforceOutcome,
     GroupIdentity,
@@ -315,3 +316,33 @@ def test_a_revoke_under_the_granting_membership_stays_a_revoke() -> None:
     core.assigned((po(0),), now=3.0)
     core.identify(None, -1)  # identity unreadable: no evidence of a replacement
     assert core.taken([tp(0)], EventType.REVOKED, now=4.0).type is EventType.REVOKED
+
+
+def test_kip848_a_member_with_nothing_counts_as_joined_after_the_revoke_bound() -> None:
+    """librdkafka calls no on_assign for an empty KIP-848 assignment. A joining member
+    whose partitions peers still release also holds an empty one, for their barriers and a
+    heartbeat: so the empty join is declared only after the revoke timeout plus a grace,
+    at one epoch; and a member fenced (lost) that rejoins with nothing gets it too."""
+    core = member("cooperative", kip848=True)
+    wait = 30.0 + EMPTY_JOIN_GRACE_SECONDS
+    assert not core.joined_with_nothing(0.0, 30.0)  # no member id yet
+    core.identify("m1", 7)
+    assert not core.joined_with_nothing(1.0, 30.0)  # the clock starts
+    assert not core.joined_with_nothing(1.0 + wait - 0.1, 30.0)
+    core.identify("m1", 8)  # a new epoch: start again
+    assert not core.joined_with_nothing(1.0 + wait + 1, 30.0)
+    assert core.joined_with_nothing(1.0 + 2 * wait + 1, 30.0)
+    core.assigned((), now=100.0)
+    assert not core.joined_with_nothing(200.0, 30.0)  # stable: nothing to report
+    # Fenced: on_lost, then librdkafka rejoins with a new epoch and nothing assigned.
+    core.identify("m1", 9)
+    core.assigned((po(0),), now=201.0)
+    core.identify(None, -1)  # reset before on_lost
+    core.taken([tp(0)], EventType.LOST, now=202.0)
+    assert not core.joined_with_nothing(203.0, 30.0)  # no epoch: not back yet
+    core.identify("m2", 12)
+    assert not core.joined_with_nothing(204.0, 30.0)
+    assert core.joined_with_nothing(204.0 + wait, 30.0)
+    classic = member("cooperative")
+    classic.identify("m1", 3)
+    assert not classic.joined_with_nothing(0.0, 0.0) and not classic.joined_with_nothing(99, 0)
