@@ -91,7 +91,7 @@ def test_sse_streams_history_and_live_events_and_resumes(
     # Past the newest event (a journal replaced since): 409, where the stream stalled.
     ahead = sidecar.client.get("/events", headers={"Last-Event-ID": "1000"})
     assert ahead.status_code == 409, ahead.text
-    assert "reconnect without Last-Event-ID" in ahead.json()["error"]
+    assert "start again without Last-Event-ID" in ahead.json()["error"]
     for query in ({"after": "²"}, {"after": str(2**63)}, {"limit": "²"}, {"after": "1e3"}):
         bad = sidecar.client.get("/events", params=query, headers={"Accept": "application/json"})
         assert bad.status_code == 400, (query, bad.status_code, bad.text)
