@@ -1514,8 +1514,21 @@ def test_an_alert_watches_members_that_stay_out_of_the_group(tools: None) -> Non
     # static member's session), read with max_over_time so that scrape gaps (a sidecar
     # that crash-loops) do not start it over; `for:` only rides out one evaluation.
     (window,) = set(re.findall(r"max_over_time\([^)]*\[(\d+m)\]\)", rule["expr"]))
-    assert int(window[:-1]) >= 5
+    # Past the 6m presence window below by more than a pod's stop after its drain, or a
+    # deleted pod fires briefly all the same (it does with 6m, not with 7m).
+    assert int(window[:-1]) >= 8
     assert f"[{window}] offset {window}" in rule["expr"]  # not for a pod younger than that
+    # Nor for a pod gone: one drained and deleted leaves `stopped` last samples in the
+    # window, and the alert fired ~10m after the pod was deleted, on every rollout. 6m
+    # outlasts the kubelet's 5m crash-loop backoff (a crash-looping member still fires).
+    assert (
+        "and on (namespace, pod) max by (namespace, pod) (present_over_time("
+        "rebalance_sidecar_member_state[6m]))" in rule["expr"]
+    )
+    cases = yaml.safe_load((REPO / "deploy/monitoring/tests/alerts.test.yaml").read_text())
+    (deleted,) = [t for t in cases["tests"] if "deleted" in t["name"]]
+    assert {c["alertname"] for c in deleted["alert_rule_test"]} == {rule["alert"]}
+    assert not any(c["exp_alerts"] for c in deleted["alert_rule_test"])
     assert rule["for"] == "1m"
     assert f"for {window} " in rule["annotations"]["description"]
     assert "kubectl logs" in rule["annotations"]["description"]  # what to look at first
@@ -1524,6 +1537,10 @@ def test_an_alert_watches_members_that_stay_out_of_the_group(tools: None) -> Non
     chart_rule = chart_alerts("monitoring.prometheusRule.memberNotStableFor=30m")[rule["alert"]]
     assert "[30m])) == 0" in chart_rule["expr"]
     assert "[30m] offset 30m" in chart_rule["expr"]
+    assert (
+        'present_over_time(rebalance_sidecar_member_state{namespace="demo", '
+        'job="rs-rebalance-sidecar"}[6m])' in chart_rule["expr"]
+    )
     assert chart_rule["for"] == "1m"
     assert "for 30m" in chart_rule["annotations"]["description"]
 
