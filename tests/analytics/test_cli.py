@@ -4,7 +4,6 @@ URIs kept whole, outputs never replaced by mistake, Ctrl-C, container memory lim
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from sidecar.analytics.generator import FleetSpec, write_events, write_fleet_fil
 from sidecar.analytics.job import convert_parser, main, parser
 from sidecar.analytics.paths import child, local_path
 from sidecar.analytics.tables import TABLE_NAMES
+from tests.analytics.interrupting import interrupt_when
 
 URIS = ("s3a://bucket/events", "hdfs://nn:8020/rebalances/out", "gs://b/x/")
 
@@ -401,22 +401,15 @@ def test_ctrl_c_stops_spark_and_exits_130_in_one_line(tmp_path: Path, command: l
         start_new_session=True,
         env={**os.environ, "SPARK_LOCAL_DIRS": str(local_dirs)},
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not any(local_dirs.glob("blockmgr-*")):  # the SparkContext is up
-            assert proc.poll() is None and time.monotonic() < deadline, "Spark never came up"
-            time.sleep(0.1)
-        time.sleep(1)  # into the job's first Spark jobs
-        jvms = _descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err, err
-    assert err.splitlines()[-1] == "interrupted", err
+    jvms: list[int] = []
+    interrupt_when(
+        proc,
+        lambda: any(local_dirs.glob("blockmgr-*")),  # the SparkContext is up
+        "Spark never came up",
+        within=120,
+        settle=1,  # into the job's first Spark jobs
+        before=lambda: jvms.extend(_descendants(proc.pid)),
+    )
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{pid}").exists() for pid in jvms):
         assert time.monotonic() < deadline, "the JVM outlived the command"

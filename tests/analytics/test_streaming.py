@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ from pyspark.sql import SparkSession
 from sidecar.analytics.generator import FleetSpec, cloud_event, write_fleet_file
 from sidecar.analytics.streaming import StreamOptions, start_stream
 from sidecar.analytics.tables import TABLE_NAMES
+from tests.analytics.interrupting import interrupt_when
 
 from .conftest import canonical, collect_tables, written_rows
 
@@ -151,21 +149,7 @@ def stream_until_committed(bootstrap: str, topic: str, output: Path, batch: int)
         start_new_session=True,
         cwd=Path(__file__).resolve().parents[2],
     )
-    try:
-        deadline = time.monotonic() + 180
-        while not committed.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "no batch committed"
-            time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err, err
-    assert err.splitlines()[-1] == "interrupted", err
-    return err
+    return interrupt_when(proc, committed.exists, "no batch committed", within=180)
 
 
 def test_ctrl_c_stops_a_stream_and_a_rerun_resumes_from_its_checkpoint(

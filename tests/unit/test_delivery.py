@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,34 @@ def test_barrier_waits_for_blocking_subscribers_and_hands_back_offsets(tmp_path:
     run(scenario, tmp_path)
 
 
+def _hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
+    """A blocking subscriber that answers at once, handing back t[1] at offset 9."""
+    return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
+
+
+@contextlib.contextmanager
+def _abandoned_barrier(
+    rig: Rig, other_delay: float
+) -> Iterator[tuple[Subscription, Subscription, Event]]:
+    """Two blocking subscribers, one handing offsets back at once, the other answering
+    after ``other_delay`` s; a revoked event whose barrier's ``done`` refuses every
+    outcome: the member thread stopped waiting (its loop was too busy to expire it)."""
+    secret = new_secret()
+    with (
+        running(secret, _hand_back) as app,
+        running(secret, lambda e: (204, None, other_delay)) as other,
+    ):
+        handing_back = rig.registry.create(
+            url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
+        )
+        answering_later = rig.registry.create(
+            url=other.url, events=None, mode="blocking", secret=secret, timeout_ms=9000
+        )
+        event = rig.append(revoked())
+        rig.dispatcher.open_barrier(event, lambda outcome: False)
+        yield handing_back, answering_later, event
+
+
 def test_offsets_answered_in_time_are_rejected_when_the_member_stopped_waiting(
     tmp_path: Path,
 ) -> None:
@@ -238,24 +267,9 @@ def test_offsets_answered_in_time_are_rejected_when_the_member_stopped_waiting(
     and the loop is too busy to expire the barrier before the member thread stops waiting
     for it (``done`` refuses the outcome). The offsets the first one handed back went
     nowhere, recorded as delivered and nothing more. Now they are recorded as rejected."""
-    secret = new_secret()
-
-    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
 
     async def scenario(rig: Rig) -> None:
-        with (
-            running(secret, hand_back) as app,
-            running(secret, lambda e: (204, None, 5.0)) as stuck,
-        ):
-            answering = rig.registry.create(
-                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
-            )
-            rig.registry.create(
-                url=stuck.url, events=None, mode="blocking", secret=secret, timeout_ms=9000
-            )
-            event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, lambda outcome: False)  # the thread gave up
+        with _abandoned_barrier(rig, other_delay=5.0) as (answering, _, event):
             await until(lambda: len(rig.journal.deliveries(answering.id, 10)) == 1)
             expired = rig.dispatcher.barrier_expired(event)
             assert expired.offsets == (PartitionOffset("t", 1, 9),)
@@ -272,21 +286,9 @@ def test_offsets_answered_in_time_are_rejected_when_the_last_answer_finds_nobody
     """The same, but the barrier closes by its last answer, not by its expiry: that answer
     came after the member thread stopped waiting. Its own courier recorded the refusal;
     the other subscriber's handed-back offsets were still 'delivered' and nothing more."""
-    secret = new_secret()
-
-    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
 
     async def scenario(rig: Rig) -> None:
-        with running(secret, hand_back) as app, running(secret, lambda e: (204, None, 0.5)) as late:
-            early = rig.registry.create(
-                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
-            )
-            last = rig.registry.create(
-                url=late.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
-            )
-            event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, lambda outcome: False)  # the thread gave up
+        with _abandoned_barrier(rig, other_delay=0.5) as (early, last, _):
             await until(lambda: len(rig.journal.deliveries(last.id, 10)) == 1)
             log = {d.outcome: d for d in rig.journal.deliveries(early.id, 10)}
             assert set(log) == {"delivered", "offsets_rejected"}, log
@@ -298,24 +300,9 @@ def test_offsets_answered_in_time_are_rejected_when_the_last_answer_finds_nobody
 def test_a_deleted_webhook_gets_no_rejection_record_from_its_barrier(tmp_path: Path) -> None:
     """A subscriber that handed offsets back and was deleted before its abandoned barrier
     expired: the rejection record brought its metric series back, for good."""
-    secret = new_secret()
-
-    def hand_back(event: dict[str, Any]) -> tuple[int, Any, float]:
-        return 200, {"offsets": [{"topic": "t", "partition": 1, "offset": 9}]}, 0.0
 
     async def scenario(rig: Rig) -> None:
-        with (
-            running(secret, hand_back) as app,
-            running(secret, lambda e: (204, None, 5.0)) as stuck,
-        ):
-            gone = rig.registry.create(
-                url=app.url, events=None, mode="blocking", secret=secret, timeout_ms=2000
-            )
-            rig.registry.create(
-                url=stuck.url, events=None, mode="blocking", secret=secret, timeout_ms=9000
-            )
-            event = rig.append(revoked())
-            rig.dispatcher.open_barrier(event, lambda outcome: False)
+        with _abandoned_barrier(rig, other_delay=5.0) as (gone, _, event):
             await until(lambda: len(rig.journal.deliveries(gone.id, 10)) == 1)
             assert rig.registry.delete(gone.id)
             await asyncio.sleep(0.1)  # its courier stopped, its series went
