@@ -31,6 +31,8 @@ log = structlog.get_logger("sidecar.fleet")
 CURSOR = "fleet_cursor"
 _SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "api.")
 _RETRY_SECONDS = 2.0
+# How long librdkafka tries to deliver a produced event before it reports it failed.
+_MESSAGE_TIMEOUT_MS = 30_000
 _FLUSH_SLICE_SECONDS = 0.5
 # The CloudEvents Kafka binding, structured mode: the value is the whole event as JSON, and
 # this header tells CloudEvents-aware consumers so (binary mode would use ce_* headers).
@@ -46,7 +48,8 @@ class FleetJournal:
         self._key = settings.group_id.encode()
         self._journal = journal
         self._metrics = metrics
-        # An event not produced within the retention age is given up (``_give_up_aged``).
+        # An event not produced within the retention age is given up (``_give_up_aged``)
+        # once producing it failed.
         self._max_age = settings.journal_retention_hours * 3600
         journal.keep_for(CURSOR)  # retention keeps what is not produced yet
         shared = {k: v for k, v in settings.kafka.items() if k.startswith(_SHARED_PREFIXES)}
@@ -56,7 +59,7 @@ class FleetJournal:
                 "bootstrap.servers": settings.bootstrap_servers,
                 "enable.idempotence": True,
                 "linger.ms": 20,
-                "message.timeout.ms": 30_000,
+                "message.timeout.ms": _MESSAGE_TIMEOUT_MS,
                 "logger": kafka_logger("fleet"),
             }
         )
@@ -92,7 +95,6 @@ class FleetJournal:
         cursor = self._journal.mark(CURSOR)
         while True:
             self._wake.clear()
-            cursor = self._give_up_aged(cursor)
             batch = self._journal.events_after(cursor, 500)
             if not batch:
                 await self._wake.wait()
@@ -101,7 +103,7 @@ class FleetJournal:
             delivered = self._on_delivery(failures)
             for event in batch:
                 await self._produce(event.body, delivered)
-            remaining = await self._flush(35.0)
+            remaining = await self._flush(_MESSAGE_TIMEOUT_MS / 1000 + 5)
             if failures or remaining:
                 log.warning(
                     "producing to the fleet topic failed; will retry",
@@ -109,16 +111,20 @@ class FleetJournal:
                     errors=failures[:3],
                     undelivered=remaining,
                 )
+                cursor = self._give_up_aged(cursor)
                 await asyncio.sleep(_RETRY_SECONDS)
                 continue
             cursor = batch[-1].sequence
             self._journal.set_mark(CURSOR, cursor)
 
     def _give_up_aged(self, cursor: int) -> int:
-        """Give up the events not produced within the journal's retention age, and move the
-        cursor past them: the journal holds them for this producer no longer than it keeps
-        any event (a topic that stays broken must not pin it for ever), as a webhook gives
-        a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS``. Returns the cursor."""
+        """After a failed attempt, give up the events not produced within the journal's
+        retention age, and move the cursor past them: the journal holds them for this
+        producer no longer than it keeps any event (a topic that stays broken must not pin
+        it for ever), as a webhook gives a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS``
+        at its first failure. An old event is always tried first: a sidecar that was
+        stopped for longer than the retention still produces what it had not produced.
+        Returns the cursor."""
         last, count = self._journal.aged_out(cursor, time.time() - self._max_age)
         if not count:
             return cursor
