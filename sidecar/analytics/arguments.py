@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -432,7 +433,14 @@ def _driver_memory(given: str | None) -> str:
             f"Python's ({HEAP_HEADROOM >> 20}m or {100 - round(HEAP_SHARE * 100)} %): "
             "run it on a larger one, or on a cluster"
         )
-    return f"{max_heap(total) >> 20}m"
+    lowered = f"{max_heap(total) >> 20}m"
+    print(
+        f"note: --driver-memory not given: {lowered}, not the default {DEFAULT_DRIVER_MEMORY}, "
+        f"which does not fit this machine's or container's memory ({total >> 20}m) with room "
+        "for the JVM's own memory and Python",
+        file=sys.stderr,
+    )
+    return lowered
 
 
 def _check_driver_memory(memory: str) -> None:

@@ -501,11 +501,12 @@ def test_a_keyboard_interrupt_in_a_stream_stops_it_and_reaches_the_caller(
 
 
 def test_the_default_driver_memory_fits_the_machine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With the headroom rule, the default 2g was refused outright in a container of less
     than 2.5 GiB, although the user asked for nothing: the default now lowers itself to
-    what fits; what the user gives is checked as given."""
+    what fits, and says so in one line (it did so silently); what the user gives is
+    checked as given."""
     from sidecar.analytics import arguments
 
     (tmp_path / "memory.max").write_text(f"{3 * 2**29}\n")  # 1.5 GiB
@@ -517,12 +518,16 @@ def test_the_default_driver_memory_fits_the_machine(
     defaulted = parser().parse_args(args)
     check_job(defaulted, managed=False)
     assert defaulted.driver_memory == "1024m"  # min(80 %, all but 512m) of 1.5 GiB
+    said = capsys.readouterr().err
+    assert said.startswith("note: --driver-memory not given: 1024m, not the default 2g"), said
+    assert "(1536m)" in said and said.count("\n") == 1, said
     with pytest.raises(arguments.UsageError, match="--driver-memory 2g: more than the 1024m"):
         check_job(parser().parse_args([*args, "--driver-memory", "2g"]), managed=False)
     (tmp_path / "memory.max").write_text("max\n")
     roomy = parser().parse_args(args)
     check_job(roomy, managed=False)
     assert roomy.driver_memory == "2g"
+    assert capsys.readouterr().err == ""  # nothing lowered, nothing to say
     under_submit = parser().parse_args(args)
     check_job(under_submit, managed=True)
     assert under_submit.driver_memory is None  # spark-submit's own --driver-memory rules
