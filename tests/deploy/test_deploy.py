@@ -1549,8 +1549,8 @@ def test_an_alert_watches_sidecars_prometheus_cannot_scrape(tools: None) -> None
     """A sidecar that crash-loops or is restarted by liveness leaves gaps, and with them
     every other alert goes quiet: no shipped rule looked at `up`."""
     plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
-    (rule,) = [r for r in plain["spec"]["groups"][0]["rules"] if re.search(r"\bup\{", r["expr"])]
-    assert rule["alert"] == "RebalanceSidecarTargetDown"
+    rules = {r["alert"]: r for r in plain["spec"]["groups"][0]["rules"]}
+    rule = rules["RebalanceSidecarTargetDown"]
     assert f"up{{job=~{UP_JOB_REGEX!r}}}".replace("'", '"') in rule["expr"]
     # The jobs the shipped monitors give the sidecars: the chart's full name (a
     # ServiceMonitor's Service, a PodMonitor's jobLabel) and the kustomize PodMonitor
@@ -1573,6 +1573,25 @@ def test_an_alert_watches_sidecars_prometheus_cannot_scrape(tools: None) -> None
         chart_rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
         chart_rule = next(r for r in chart_rules if r["alert"] == rule["alert"])
         assert 'up{namespace="demo", job="rs-rebalance-sidecar"}' in chart_rule["expr"], monitor
+
+
+def test_an_alert_says_when_prometheus_scrapes_no_sidecar_at_all(tools: None) -> None:
+    """RebalanceSidecarTargetDown needs a target to go down: when Prometheus does not pick
+    up the sidecars' monitor at all (its selectors miss the monitor's labels, a common
+    first-install mistake) there is no `up` series, and every shipped alert stayed quiet
+    for ever. promtool cases (deploy/monitoring/tests) show it fire; here, where it is."""
+    plain = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+    up_rules = [r["alert"] for r in plain["spec"]["groups"][0]["rules"] if "up{" in r["expr"]]
+    assert up_rules == ["RebalanceSidecarTargetDown", "RebalanceSidecarTargetsAbsent"]
+    chart_rule = chart_alerts()["RebalanceSidecarTargetsAbsent"]
+    assert chart_rule["expr"] == 'max(absent(up{namespace="demo", job="rs-rebalance-sidecar"}))'
+    assert chart_rule["for"] == "10m"
+    # A release that runs no sidecar on purpose does not page for it.
+    assert "RebalanceSidecarTargetsAbsent" not in chart_alerts("workload.replicas=0")
+    # Pods from a parent chart (workload disabled): the chart cannot count them.
+    assert "RebalanceSidecarTargetsAbsent" in chart_alerts(
+        "workload.enabled=false", "workload.replicas=0"
+    )
 
 
 def test_alert_descriptions_name_the_configured_sidecar_container(tools: None) -> None:
