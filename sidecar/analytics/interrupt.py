@@ -103,7 +103,9 @@ class Interrupt:
             self._stopper.start()
 
         def handler(signum: int, frame: FrameType | None) -> None:
-            if self._stopper is not None:
+            # Requested already (here, or noted while the session started): a second
+            # Ctrl-C, even one still pending when the watcher handed over.
+            if self.requested:
                 os._exit(EXIT_INTERRUPTED)
             self.requested = True
             stop_spark()
@@ -112,7 +114,7 @@ class Interrupt:
         if self._previous is None:
             self._previous = previous
         self._release()  # a Ctrl-C from now on reaches ``handler``
-        if self.requested:  # while the session started
+        if self.requested and self._stopper is None:  # while the session started
             stop_spark()
 
     def uninstall(self) -> None:

@@ -443,17 +443,26 @@ if sys.argv[1] == "twice":
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
     print("still starting", flush=True)
+elif sys.argv[1] == "twice, at the handover":
+    interrupt._started.set()  # the session is up: the watcher hands over ...
+    interrupt._watcher.join()
+    os.kill(os.getpid(), signal.SIGINT)  # ... and a second press, still blocked, waits
+    interrupt.install(Session())
+    time.sleep(5)
+    print("still starting", flush=True)
 else:
     interrupt.install(Session())  # the session is up: it is stopped now
     sys.exit(interrupt.finish())
 """
 
 
-@pytest.mark.parametrize("presses", ["once", "twice"])
+@pytest.mark.parametrize("presses", ["once", "twice", "twice, at the handover"])
 def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: str) -> None:
     """SIGINT was blocked while the session started (the JVM, maybe a package download:
     minutes): every Ctrl-C then was ignored, a second one too, and the run went on. Now
-    the first is noted and stops the run once the session is up; a second exits now."""
+    the first is noted and stops the run once the session is up; a second exits now,
+    also one that came in the ~0.1 s the watcher takes to hand over (still blocked, it
+    reached the handler as a first press: a second stopper, and a wait for Spark)."""
     done = subprocess.run(
         [sys.executable, "-c", _STARTING, presses],
         capture_output=True,
@@ -464,8 +473,9 @@ def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: st
     assert done.returncode == 130, (done.stdout, done.stderr)
     assert done.stdout.splitlines()[0] == "noted True", done.stdout
     assert "Traceback" not in done.stderr, done.stderr
-    if presses == "twice":
+    if presses.startswith("twice"):
         assert "still starting" not in done.stdout
+        assert "stopped" not in done.stdout  # exits at once, no stopper waited for
     else:
         assert done.stdout.splitlines()[1:] == ["query stopped", "cancelled", "stopped"]
         assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
