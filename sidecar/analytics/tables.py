@@ -107,6 +107,7 @@ def flag_member_events(marked: DataFrame) -> DataFrame:
     false elsewhere), computed with lag/lead over the member's other ``replay`` rows:
 
     - ``is_rejoin``: a static member's restart inside one generation;
+    - ``is_repeat``: a second assign of one process in one generation (KIP-848);
     - ``session_start``: first event of a process (new ``member_id``, or after lost);
     - ``is_leave``: a revoke that ends a process with an empty assignment;
     - ``session_started_at``: when the current process's first event happened.
@@ -140,11 +141,21 @@ def flag_member_events(marked: DataFrame) -> DataFrame:
         & (next_generation == F.col("generation_id"))
         & ~same_process_after
     )
+    # KIP-848: a member that joined with nothing is told so, and told again when its
+    # partitions come in the same member epoch: one rebalance, not two.
+    repeat_assign = (
+        (F.col("type") == ASSIGNED)
+        & known_generation
+        & (prev_type == ASSIGNED)
+        & (prev_generation == F.col("generation_id"))
+        & same_process_before
+    )
     empty_assignment = F.coalesce(F.col("assignment_size"), F.lit(0)) == 0
     replay = F.col("replay")
     flagged = (
         marked.withColumn("replay", F.col("type").isin(*MEMBERSHIP_TYPES) & ~F.col("is_dup"))
         .withColumn("is_rejoin", replay & F.coalesce(rejoin_assign | rejoin_revoke, F.lit(False)))
+        .withColumn("is_repeat", replay & F.coalesce(repeat_assign, F.lit(False)))
         .withColumn(
             "session_start",
             replay & (prev_type.isNull() | ~same_process_before | (prev_type == LOST)),
@@ -306,8 +317,14 @@ def members(flagged: DataFrame) -> DataFrame:
     session_seconds = own.seconds_between(F.col("session_started_at"), F.col("time"))
     last_event = F.max(F.struct(*event_order(), closing.alias("closing")))
     # One assign per member and generation (a second one in the same generation is
-    # a rejoin), so counting assigns counts the rebalances the member took part in.
-    took_part = (F.col("type") == ASSIGNED) & ~F.col("is_rejoin") & (F.col("generation_id") >= 0)
+    # a rejoin, or a KIP-848 repeat), so counting assigns counts the rebalances the
+    # member took part in.
+    took_part = (
+        (F.col("type") == ASSIGNED)
+        & ~F.col("is_rejoin")
+        & ~F.col("is_repeat")
+        & (F.col("generation_id") >= 0)
+    )
     return (
         replayed(flagged)
         .groupBy("group_id", "member")

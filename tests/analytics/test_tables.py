@@ -158,6 +158,19 @@ def static_group() -> list[Event]:
     ]
 
 
+def kip848_group() -> list[Event]:
+    """KIP-848: a owns 0-3; b joins (member epoch 2) while a still releases 2-3. b holds
+    nothing past the revoke timeout + 10 s, so its sidecar says it joined with nothing,
+    then the partitions come, in the same epoch: b is told twice."""
+    a, b = (Member("kip848", m, protocol="cooperative") for m in "ab")
+    return [
+        a.event(ASSIGNED, 0, 1, [0, 1, 2, 3]),
+        b.event(ASSIGNED, 40, 2, []),
+        a.event(REVOKED, 45, 2, [2, 3], "member joined"),
+        b.event(ASSIGNED, 45.5, 2, [2, 3]),
+    ]
+
+
 def all_events() -> list[Event]:
     return (
         eager_group()
@@ -166,6 +179,7 @@ def all_events() -> list[Event]:
         + unknown_generation_group()
         + abandoned_group()
         + static_group()
+        + kip848_group()
     )
 
 
@@ -346,6 +360,28 @@ def test_static_member_rejoin_is_not_a_rebalance(tables: TableRows) -> None:
         (2, 1, 0, True, 2)
     ]
     assert pick([members["w-1"]], "joins", "leaves", "rebalances") == [(1, 0, 2)]
+
+
+def test_a_member_told_twice_in_one_epoch_took_part_in_one_rebalance(tables: TableRows) -> None:
+    """b's two assigns of epoch 2 (nothing, then its partitions) counted as two rebalances
+    in the members table; the rebalance of epoch 2 ends when the partitions came."""
+    members = rows(tables["members"], "kip848", "member")
+    assert pick(members, "member", "joins", "leaves", "rebalances", "active") == [
+        ("a", 1, 0, 1, True),
+        ("b", 1, 0, 1, True),
+    ]
+    rebalances = rows(tables["rebalances"], "kip848", "generation_id")
+    assert pick(rebalances, "generation_id", "ended_at", "members", "partitions_moved") == [
+        (1, at(0), 1, 0),
+        (2, at(45.5), 1, 2),
+    ]
+    ownership = rows(tables["ownership"], "kip848", "partition", "owned_from")
+    assert pick(
+        [r for r in ownership if r["partition"] == 2], "member", "owned_from", "owned_to"
+    ) == [
+        ("a", at(0), at(45)),
+        ("b", at(45.5), None),
+    ]
 
 
 def test_summary_per_group_and_hour(tables: TableRows) -> None:
