@@ -50,7 +50,7 @@ from .arguments import (
 from .events import is_kafka_url, read_normalized, write_parquet_events
 from .interrupt import Interrupt
 from .output import REPORT_NAME, refresh, step
-from .paths import PathOrUri, child, hadoop_lister, local_path
+from .paths import PathOrUri, child, hadoop_lister, local_path, on_default_fs
 from .streaming import StreamOptions, run_stream
 from .tables import TABLE_NAMES
 
@@ -274,10 +274,11 @@ def _convert(args: argparse.Namespace, managed_session: bool, interrupt: Interru
     interrupt.install(spark)
     spark.sparkContext.setLogLevel("ERROR")
     _check_output_there(spark, args, managed_session, convert=True)
+    output = _output_where(spark, args.output, managed_session)
     started = time.monotonic()
     with step(spark, "convert"):
-        write_parquet_events(spark, args.input, args.output)
-    print(f"wrote {args.output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
+        write_parquet_events(spark, args.input, output)
+    print(f"wrote {output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
     return 0
 
 
@@ -326,6 +327,15 @@ def _check_output_there(
         check_replaceable(args, hadoop_lister(spark), convert=convert)
 
 
+def _output_where(spark: SparkSession, output: str, managed: bool) -> str:
+    """Where the output goes. Under spark-submit a path without a scheme is on the
+    cluster's default file system, where Spark writes the tables: qualified here
+    (``hdfs://nn:8020/user/me/out``, or ``file:/...`` when that is local), so that the
+    directory and report.html the job writes itself go there too, not to the driver's
+    disk. A local run's default file system is this machine's: kept as given."""
+    return on_default_fs(spark, output) if managed else output
+
+
 def _refuse(message: str) -> int:
     print(f"error: {one_line(message)}", file=sys.stderr)
     return EXIT_USAGE
@@ -354,12 +364,12 @@ def _java_error(error: Py4JJavaError) -> str:
 
 
 def _run(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) -> int:
-    output: str = args.output
     interrupt.hold()
     spark = _session(args, managed_session)
     interrupt.install(spark)
     spark.sparkContext.setLogLevel("ERROR")
     _check_output_there(spark, args, managed_session, convert=False)
+    output = _output_where(spark, args.output, managed_session)
     if args.stream:
         options = StreamOptions(
             inputs=tuple(args.input),

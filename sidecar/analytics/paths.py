@@ -4,7 +4,9 @@ A path is kept as the text given (``s3a://bucket/x``, ``hdfs://nn/x``, ``file://
 ``out/``) until Spark or Hadoop reads it: ``pathlib.Path`` folds the ``//`` after a
 scheme (``s3a:/bucket/x``). Only a local one (no scheme, or ``file:``) is looked at
 with Python's own file functions; any other goes through Hadoop's ``FileSystem`` of the
-running session, as Spark itself would reach it.
+running session, as Spark itself would reach it. Under spark-submit the job first
+qualifies an output without a scheme on the cluster's default file system
+(:func:`on_default_fs`): it is local only if that file system is.
 """
 
 from __future__ import annotations
@@ -38,12 +40,20 @@ def local_path(target: Target) -> Path | None:
     if isinstance(target, Path):
         return target
     given = text(target)
-    colon, slash = given.find(":"), given.find("/")
-    if colon == -1 or (slash != -1 and slash < colon):
+    scheme = _scheme(given)
+    if scheme is None:
         return Path(given)
-    if given[:colon].lower() == "file":
+    if scheme == "file":
         return Path(urlsplit(given).path)
     return None
+
+
+def _scheme(given: str) -> str | None:
+    """The scheme of ``given`` in lower case, None for a path without one."""
+    colon, slash = given.find(":"), given.find("/")
+    if colon == -1 or (slash != -1 and slash < colon):
+        return None
+    return given[:colon].lower()
 
 
 def child(base: PathOrUri, name: str) -> PathOrUri:
@@ -76,6 +86,17 @@ def _hadoop(spark: SparkSession, target: str) -> tuple[Any, Any]:
     path = _hadoop_path(spark, target)
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - as above
     return path.getFileSystem(conf), path
+
+
+def on_default_fs(spark: SparkSession, target: str) -> str:
+    """``target`` as Spark resolves it: a path without a scheme on ``spark``'s default
+    file system (``fs.defaultFS``), a relative one against that file system's working
+    directory (``out`` is ``hdfs://nn:8020/user/me/out`` on YARN, ``file:/cwd/out`` when
+    the default is local). Any other is returned as given."""
+    if _scheme(target) is not None:
+        return target
+    fs, path = _hadoop(spark, target)
+    return str(fs.makeQualified(path).toString())
 
 
 def hadoop_lister(spark: SparkSession) -> Lister:
