@@ -49,9 +49,9 @@ PLANNER_CONF: Mapping[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # The job's caches (the flagged events, the segments, the rebalances) uncompressed:
     # gathering each column's compressibility statistics was 5 % of the executor's
-    # samples, for caches only 16 % smaller (72 against 86 MB at 1M events:
-    # the partition arrays, most of the bytes, are never compressed). Both measured in
-    # the fifth round of docs/analytics.md.
+    # samples, for caches only 16 % smaller (72 against 86 MB at 1M events; array
+    # columns, such as the partition lists, are never compressed). Measured in the
+    # fifth round of docs/analytics.md.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 # Static settings (fixed when the JVM's first session starts, so spark-submit gets them
