@@ -304,6 +304,9 @@ def _guarded(run: Callable[[Interrupt], int]) -> int:
     interrupt = Interrupt()
     try:
         code = run(interrupt)
+        # Before uninstall(): a second Ctrl-C while finish() waits for Spark to stop
+        # must still find this module's handler (exit now), not PySpark's.
+        return interrupt.finish() if interrupt.requested else code
     except KeyboardInterrupt:  # before the session was up, so before install()
         return interrupt.finish()
     except (JobError, ValueError, PySparkException, Py4JError) as error:
@@ -314,7 +317,6 @@ def _guarded(run: Callable[[Interrupt], int]) -> int:
         raise
     finally:
         interrupt.uninstall()
-    return interrupt.finish() if interrupt.requested else code
 
 
 def _check_output_there(

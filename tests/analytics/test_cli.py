@@ -436,10 +436,17 @@ class Session:
 
 interrupt = Interrupt()
 interrupt.hold()  # the session starts
-os.kill(os.getpid(), signal.SIGINT)
-time.sleep(0.3)
-print("noted", interrupt.requested, flush=True)
-if sys.argv[1] == "twice":
+if not sys.argv[1].startswith("once, at"):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)
+    print("noted", interrupt.requested, flush=True)
+if sys.argv[1] == "once, at the handover":
+    interrupt._started.set()  # the session is up: the watcher hands over ...
+    interrupt._watcher.join()
+    os.kill(os.getpid(), signal.SIGINT)  # ... and a first press, still blocked, waits
+    interrupt.install(Session())
+    sys.exit(interrupt.finish())
+elif sys.argv[1] == "twice":
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
     print("still starting", flush=True)
@@ -456,7 +463,55 @@ else:
 """
 
 
-@pytest.mark.parametrize("presses", ["once", "twice", "twice, at the handover"])
+_STOPPING = """
+import os, signal, sys, threading, time
+from sidecar.analytics.job import _guarded
+
+class Context:
+    def cancelAllJobs(self): pass
+
+class Streams:
+    active = []
+
+class Session:
+    sparkContext = Context()
+    streams = Streams()
+    def stop(self):
+        time.sleep(5)  # Spark takes its time to stop
+        print("stopped", flush=True)
+
+def run(interrupt):
+    interrupt.hold()
+    interrupt.install(Session())
+    os.kill(os.getpid(), signal.SIGINT)  # the first press: Spark is being stopped
+    time.sleep(0.2)
+    # the second press, while the command waits for Spark to stop
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    return 0
+
+sys.exit(_guarded(run))
+"""
+
+
+def test_a_second_ctrl_c_while_spark_stops_exits_at_once(tmp_path: Path) -> None:
+    """The run ended after a first Ctrl-C, and the command put PySpark's SIGINT handler
+    back before it waited (up to a minute) for Spark to stop: a second press then raised
+    KeyboardInterrupt in that wait, a traceback instead of the quiet exit 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STOPPING],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 130, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "stopped" not in done.stdout  # it did not wait for Spark
+
+
+@pytest.mark.parametrize(
+    "presses", ["once", "twice", "twice, at the handover", "once, at the handover"]
+)
 def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: str) -> None:
     """SIGINT was blocked while the session started (the JVM, maybe a package download:
     minutes): every Ctrl-C then was ignored, a second one too, and the run went on. Now
@@ -471,8 +526,11 @@ def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: st
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 130, (done.stdout, done.stderr)
-    assert done.stdout.splitlines()[0] == "noted True", done.stdout
     assert "Traceback" not in done.stderr, done.stderr
+    if presses == "once, at the handover":  # Spark stopped once, not by two stoppers
+        assert done.stdout.splitlines() == ["query stopped", "cancelled", "stopped"]
+        return
+    assert done.stdout.splitlines()[0] == "noted True", done.stdout
     if presses.startswith("twice"):
         assert "still starting" not in done.stdout
         assert "stopped" not in done.stdout  # exits at once, no stopper waited for
