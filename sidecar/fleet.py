@@ -3,9 +3,10 @@
 It reads the local journal from its own cursor (``meta.fleet_cursor``) and produces with
 an idempotent producer, keyed by group id, so a crash or a broker outage only delays
 events, never loses them: journal retention keeps every event this producer has not
-produced yet (``Journal.keep_for``). That hold is bounded as a webhook's is: an event not
-produced within the journal's retention age (``SIDECAR_JOURNAL_RETENTION_HOURS``: Kafka
-or the topic failed that long) is given up, counted (``fleet_events_total{outcome=
+produced yet (``Journal.keep_for``). That hold is bounded as a webhook's is: an event
+older than the journal's retention age (``SIDECAR_JOURNAL_RETENTION_HOURS``) whose
+attempt failed (Kafka or the topic failed that long), and an event Kafka can never take
+(over the message size limit), is given up, counted (``fleet_events_total{outcome=
 "gave_up"}``) and logged, and retention then prunes it as usual. It runs on the loop,
 apart from the consumer thread: a slow or broken produce can never hold up the revoke
 barrier, and the local journal copy is written before anything is produced.
@@ -15,15 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from sidecar.journal import Journal
 from sidecar.logs import kafka_logger
 from sidecar.metrics import Metrics
+from sidecar.model import Event
 from sidecar.settings import Settings
 
 log = structlog.get_logger("sidecar.fleet")
@@ -34,11 +36,37 @@ _RETRY_SECONDS = 2.0
 # How long librdkafka tries to deliver a produced event before it reports it failed.
 _MESSAGE_TIMEOUT_MS = 30_000
 _FLUSH_SLICE_SECONDS = 0.5
+_BATCH = 500
+# Refused for the event itself, not the moment: no retry can deliver it (a message over
+# the producer's message.max.bytes, or the broker's or topic's limit).
+_NEVER_DELIVERABLE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE})
 # The CloudEvents Kafka binding, structured mode: the value is the whole event as JSON, and
 # this header tells CloudEvents-aware consumers so (binary mode would use ce_* headers).
 _STRUCTURED: list[tuple[str, str | bytes | None]] = [
     ("content-type", b"application/cloudevents+json")
 ]
+
+
+class _Attempt:
+    """One attempt at a batch: what Kafka acknowledged, and what it refused and why."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self.delivered: set[int] = set()
+        self.refused: dict[int, str] = {}
+        self.errors: list[str] = []
+
+    def on_delivery(self, sequence: int, error: KafkaError | None, message: Message, /) -> None:
+        self._metrics.fleet_produced.labels("failed" if error else "delivered").inc()
+        if error is None:
+            self.delivered.add(sequence)
+        else:
+            self.refuse(sequence, error)
+
+    def refuse(self, sequence: int, error: KafkaError) -> None:
+        self.errors.append(error.str())
+        if error.code() in _NEVER_DELIVERABLE:
+            self.refused[sequence] = f"never deliverable: {error.name()}"
 
 
 class FleetJournal:
@@ -48,23 +76,25 @@ class FleetJournal:
         self._key = settings.group_id.encode()
         self._journal = journal
         self._metrics = metrics
-        # An event not produced within the retention age is given up (``_give_up_aged``)
-        # once producing it failed.
+        # An event not produced within the retention age is given up (``_settle``) once
+        # producing it failed.
         self._max_age = settings.journal_retention_hours * 3600
         journal.keep_for(CURSOR)  # retention keeps what is not produced yet
         shared = {k: v for k, v in settings.kafka.items() if k.startswith(_SHARED_PREFIXES)}
-        self._producer = Producer(
-            {
-                **shared,
-                "bootstrap.servers": settings.bootstrap_servers,
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "message.timeout.ms": _MESSAGE_TIMEOUT_MS,
-                "logger": kafka_logger("fleet"),
-            }
-        )
+        self._config = {
+            **shared,
+            "bootstrap.servers": settings.bootstrap_servers,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "message.timeout.ms": _MESSAGE_TIMEOUT_MS,
+            "logger": kafka_logger("fleet"),
+        }
+        self._producer = self._new_producer()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    def _new_producer(self) -> Producer:
+        return Producer(self._config)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="fleet")
@@ -95,69 +125,90 @@ class FleetJournal:
         cursor = self._journal.mark(CURSOR)
         while True:
             self._wake.clear()
-            batch = self._journal.events_after(cursor, 500)
+            batch = self._journal.events_after(cursor, _BATCH)
             if not batch:
                 await self._wake.wait()
                 continue
-            failures: list[str] = []
-            delivered = self._on_delivery(failures)
+            attempt = _Attempt(self._metrics)
             for event in batch:
-                await self._produce(event.body, delivered)
+                if not await self._produce(event, attempt):
+                    break
             remaining = await self._flush(_MESSAGE_TIMEOUT_MS / 1000 + 5)
-            if failures or remaining:
-                log.warning(
-                    "producing to the fleet topic failed; will retry",
-                    topic=self._topic,
-                    errors=failures[:3],
-                    undelivered=remaining,
-                )
-                cursor = self._give_up_aged(cursor)
-                await asyncio.sleep(_RETRY_SECONDS)
+            if all(e.sequence in attempt.delivered for e in batch):
+                cursor = batch[-1].sequence
+                self._journal.set_mark(CURSOR, cursor)
                 continue
-            cursor = batch[-1].sequence
-            self._journal.set_mark(CURSOR, cursor)
+            log.warning(
+                "producing to the fleet topic failed; will retry",
+                topic=self._topic,
+                errors=attempt.errors[:3],
+                undelivered=remaining,
+            )
+            cursor = self._settle(cursor, batch, attempt)
+            await asyncio.sleep(_RETRY_SECONDS)
 
-    def _give_up_aged(self, cursor: int) -> int:
-        """After a failed attempt, give up the events not produced within the journal's
-        retention age, and move the cursor past them: the journal holds them for this
-        producer no longer than it keeps any event (a topic that stays broken must not pin
-        it for ever), as a webhook gives a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS``
-        at its first failure. An old event is always tried first: a sidecar that was
-        stopped for longer than the retention still produces what it had not produced.
-        Returns the cursor."""
-        last, count = self._journal.aged_out(cursor, time.time() - self._max_age)
-        if not count:
+    def _settle(self, cursor: int, batch: list[Event], attempt: _Attempt) -> int:
+        """After an attempt that did not deliver the whole batch: move the cursor past
+        what was delivered, and past what is given up, in order, up to the first event
+        still worth another attempt. Given up: an event Kafka can never take (larger than
+        the producer's or the broker's message size), and one older than the journal's
+        retention age, so the journal holds it for this producer no longer than it keeps
+        any event (a topic that stays broken must not pin it for ever), as a webhook gives
+        a delivery up after ``SIDECAR_WEBHOOK_MAX_AGE_MS`` at its first failure. Only
+        events of this attempt: an old event is always tried first, so a sidecar stopped
+        for longer than the retention still produces what it had not produced. Returns
+        the cursor."""
+        last_aged, _ = self._journal.aged_out(cursor, time.time() - self._max_age)
+        moved_to, given_up = cursor, list[tuple[int, str]]()
+        for event in batch:
+            if event.sequence not in attempt.delivered:
+                reason = attempt.refused.get(event.sequence) or (
+                    "older than the journal's retention" if event.sequence <= last_aged else None
+                )
+                if reason is None:
+                    break
+                given_up.append((event.sequence, reason))
+            moved_to = event.sequence
+        if moved_to == cursor:
             return cursor
-        self._journal.set_mark(CURSOR, last)
-        self._metrics.fleet_produced.labels("gave_up").inc(count)
-        log.error(
-            "fleet events given up",
-            topic=self._topic,
-            first_sequence=cursor + 1,
-            last_sequence=last,
-            events=count,
-            max_age_hours=self._max_age / 3600,
-        )
-        return last
+        self._journal.set_mark(CURSOR, moved_to)
+        if given_up:
+            self._metrics.fleet_produced.labels("gave_up").inc(len(given_up))
+            log.error(
+                "fleet events given up",
+                topic=self._topic,
+                first_sequence=given_up[0][0],
+                last_sequence=given_up[-1][0],
+                events=len(given_up),
+                reasons=sorted({reason for _, reason in given_up}),
+                max_age_hours=self._max_age / 3600,
+            )
+        return moved_to
 
-    def _on_delivery(self, failures: list[str]) -> Any:
-        def delivered(error: KafkaError | None, message: Message, /) -> None:
-            self._metrics.fleet_produced.labels("failed" if error else "delivered").inc()
-            if error is not None:
-                failures.append(error.str())
-
-        return delivered
-
-    async def _produce(self, value: bytes, on_delivery: Any) -> None:
+    async def _produce(self, event: Event, attempt: _Attempt) -> bool:
+        """Hand ``event`` to the producer; False when this attempt should stop here (the
+        producer refused it for a reason that may pass)."""
         while True:
             try:
                 self._producer.produce(
                     self._topic,
-                    value=value,
+                    value=event.body,
                     key=self._key,
                     headers=_STRUCTURED,
-                    on_delivery=on_delivery,
+                    on_delivery=functools.partial(attempt.on_delivery, event.sequence),
                 )
-                return
+                return True
             except BufferError:
                 await asyncio.to_thread(self._producer.poll, 0.5)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                attempt.refuse(event.sequence, error)
+                if error.fatal() or error.code() == KafkaError._FATAL:
+                    # An idempotent producer's fatal error (fenced, authorization of the
+                    # producer id): it refuses everything from now on; start a new one.
+                    log.error(
+                        "fleet producer failed for good; starting a new one", error=error.str()
+                    )
+                    self._producer = self._new_producer()
+                    return False
+                return error.code() in _NEVER_DELIVERABLE

@@ -1,11 +1,19 @@
-"""An event older than the journal's retention that the fleet topic never received is
-still produced when Kafka takes it (found in review).
+"""The fleet producer's give-ups, on a real broker (found in review).
+
+An event older than the journal's retention that the fleet topic never received is
+still produced when Kafka takes it.
 
 The fleet producer gave up every event older than ``SIDECAR_JOURNAL_RETENTION_HOURS``
 before trying it: a sidecar stopped for longer than the retention (a weekend, an
 outage of the node) came back with events it had journaled but not produced, and the
 fleet topic, with Kafka working, never got them. A webhook gives a delivery up by age
 only at its first failure; the producer now does the same.
+
+An event Kafka can never take (larger than the producer's ``message.max.bytes``: an
+assignment of tens of thousands of partitions) made ``produce()`` raise, which ended the
+producer's task without a word: the cursor stopped there for good, every later event
+stayed unproduced, and retention held the journal for ever. It is now given up at once,
+counted and logged, and the events around it are produced.
 
 Real broker, real SQLite journal, the daemon's own wiring (``build_components``).
 """
@@ -16,50 +24,58 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
+from structlog.testing import capture_logs
 
 from sidecar.components import build_components
 from sidecar.fleet import CURSOR
-from sidecar.model import PartitionOffset
+from sidecar.model import EventDraft, PartitionOffset
 from sidecar.settings import Settings
 from sidecar.testkit.events import draft
 from tests.support.kafka import create_topic, unique
 
+Counts = dict[str, float]
 
-def test_events_older_than_the_retention_are_produced_when_kafka_takes_them(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    fleet_topic = create_topic(kafka_bootstrap, 1)
-    long_ago = time.time() - 3 * 3600
+
+def _small(journaled_at: float | None) -> EventDraft:
+    return draft(partitions=(PartitionOffset("t", 0, 1),), time=journaled_at)
+
+
+def _produce_all(
+    kafka_bootstrap: str, topic: str, data_dir: Path, drafts: list[EventDraft]
+) -> tuple[list[str], Counts, list[dict[str, Any]]]:
+    """Journal ``drafts`` and run the fleet producer until its cursor passed them all;
+    returns the journaled ids, the fleet counters and the producer's log lines."""
     ids: list[str] = []
+    counts: Counts = {}
+    logs: list[dict[str, Any]] = []
 
     async def main() -> None:
         parts = build_components(
             Settings(
                 bootstrap_servers=kafka_bootstrap,
-                group_id=unique("aged"),
+                group_id=unique("fleet"),
                 topics=("t",),
-                data_dir=tmp_path,
-                events_topic=fleet_topic,
+                data_dir=data_dir,
+                events_topic=topic,
                 journal_retention_hours=1.0,
             )
         )
         try:
-            for journaled_at in (long_ago, long_ago, None):
-                event = parts.journal.append(
-                    draft(partitions=(PartitionOffset("t", 0, 1),), time=journaled_at)
-                )
-                ids.append(event.id)
+            ids.extend(parts.journal.append(d).id for d in drafts)
             assert parts.fleet is not None
-            parts.fleet.start()
-            for _ in range(300):
-                if parts.journal.mark(CURSOR) == 3:
-                    break
-                await asyncio.sleep(0.05)
-            assert parts.journal.mark(CURSOR) == 3
-            assert parts.metrics.fleet_produced.labels("gave_up")._value.get() == 0
-            assert parts.metrics.fleet_produced.labels("delivered")._value.get() == 3
+            with capture_logs() as captured:
+                parts.fleet.start()
+                for _ in range(300):
+                    if parts.journal.mark(CURSOR) == len(drafts):
+                        break
+                    await asyncio.sleep(0.05)
+            logs.extend(dict(line) for line in captured)
+            assert parts.journal.mark(CURSOR) == len(drafts), captured
+            for outcome in ("delivered", "failed", "gave_up"):
+                counts[outcome] = parts.metrics.fleet_produced.labels(outcome)._value.get()
         finally:
             await parts.dispatcher.close()
             if parts.fleet is not None:
@@ -67,25 +83,56 @@ def test_events_older_than_the_retention_are_produced_when_kafka_takes_them(
             parts.journal.close()
 
     asyncio.run(main())
+    return ids, counts, logs
 
+
+def _read(kafka_bootstrap: str, topic: str, expected: int) -> list[str]:
     consumer = Consumer(
         {
             "bootstrap.servers": kafka_bootstrap,
-            "group.id": unique("aged-reader"),
+            "group.id": unique("fleet-reader"),
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
     try:
-        consumer.subscribe([fleet_topic])
+        consumer.subscribe([topic])
         received: list[str] = []
         deadline = time.monotonic() + 30
-        while len(received) < 3 and time.monotonic() < deadline:
+        while len(received) < expected and time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 value = message.value()
                 assert value is not None
                 received.append(json.loads(value)["id"])
+        return received
     finally:
         consumer.close()
+
+
+def test_events_older_than_the_retention_are_produced_when_kafka_takes_them(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = create_topic(kafka_bootstrap, 1)
+    long_ago = time.time() - 3 * 3600
+    drafts = [_small(long_ago), _small(long_ago), _small(None)]
+    ids, counts, _ = _produce_all(kafka_bootstrap, topic, tmp_path, drafts)
+    assert counts == {"delivered": 3, "failed": 0, "gave_up": 0}
+    received = _read(kafka_bootstrap, topic, 3)
     assert received == ids, "the events past the retention never reached the fleet topic"
+
+
+def test_an_event_kafka_can_never_take_is_given_up_and_the_rest_produced(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = create_topic(kafka_bootstrap, 1)
+    huge = draft(partitions=tuple(PartitionOffset("t", p, p) for p in range(40_000)))
+    ids, counts, logs = _produce_all(
+        kafka_bootstrap, topic, tmp_path, [_small(None), huge, _small(None)]
+    )
+    assert counts == {"delivered": 2, "failed": 0, "gave_up": 1}
+    given = [line for line in logs if line["event"] == "fleet events given up"]
+    assert [(g["first_sequence"], g["events"], g["reasons"]) for g in given] == [
+        (2, 1, ["never deliverable: MSG_SIZE_TOO_LARGE"])
+    ], logs
+    assert _read(kafka_bootstrap, topic, 2) == [ids[0], ids[2]]

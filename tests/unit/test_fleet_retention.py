@@ -114,35 +114,47 @@ def test_the_fleet_producer_gives_up_events_older_than_the_retention(
 ) -> None:
     """A topic that stays broken must not pin the journal for ever: an event not produced
     within the retention age is given up (counted, logged) once producing it failed, then
-    pruned as usual; the newer ones are still held for the producer. (librdkafka reports
-    the failure after ``message.timeout.ms``, shortened here.)"""
+    pruned as usual; the newer ones are still held for the producer. Only what an attempt
+    tried is given up: 600 aged events are two batches, two failed attempts (a first
+    version gave up all 600 after the first batch of 500 failed). librdkafka reports the
+    failure after ``message.timeout.ms``, shortened here."""
     monkeypatch.setattr(fleet_module, "_MESSAGE_TIMEOUT_MS", 1000)
+    monkeypatch.setattr(fleet_module, "_RETRY_SECONDS", 0.2)
     long_ago = time.time() - 2 * 3600
+    aged = fleet_module._BATCH + 100
 
     async def scenario(parts: Components) -> None:
         journal, fleet = parts.journal, parts.fleet
         assert fleet is not None
-        for _ in range(3):
+        for _ in range(aged):
             journal.append(_draft(journaled_at=long_ago))
         for _ in range(2):
             journal.append(_draft())
         with capture_logs() as logs:
             fleet.start()
-            for _ in range(200):
-                if journal.mark(CURSOR) == 3:
+            for _ in range(300):
+                if journal.mark(CURSOR) == aged:
                     break
                 await asyncio.sleep(0.05)
-        assert journal.mark(CURSOR) == 3, "the events past the retention were not given up"
+        assert journal.mark(CURSOR) == aged, "the events past the retention were not given up"
         gave_up = parts.metrics.fleet_produced.labels("gave_up")._value.get()
-        assert gave_up == 3
+        assert gave_up == aged
         events = [line["event"] for line in logs]
-        assert "fleet events given up" in events, logs
-        # tried first: the give-up follows a failed attempt, not the start
-        assert events.index("producing to the fleet topic failed; will retry") < events.index(
-            "fleet events given up"
-        ), events
-        assert journal.prune(keep_events=0, max_age_seconds=3600) == 3
-        assert [e.sequence for e in journal.events_after(0, 10)] == [4, 5]
+        # tried first: each give-up follows a failed attempt of the events it gives up
+        assert events[:4] == [
+            "producing to the fleet topic failed; will retry",
+            "fleet events given up",
+            "producing to the fleet topic failed; will retry",
+            "fleet events given up",
+        ], events
+        given = [line for line in logs if line["event"] == "fleet events given up"]
+        assert [(g["first_sequence"], g["last_sequence"], g["events"]) for g in given] == [
+            (1, fleet_module._BATCH, fleet_module._BATCH),
+            (fleet_module._BATCH + 1, aged, 100),
+        ]
+        assert given[0]["reasons"] == ["older than the journal's retention"]
+        assert journal.prune(keep_events=0, max_age_seconds=3600) == aged
+        assert [e.sequence for e in journal.events_after(0, 10)] == [aged + 1, aged + 2]
 
     _run(tmp_path, scenario, events_topic="fleet", journal_retention_hours=1.0)
 
