@@ -1480,10 +1480,13 @@ def test_alerts_pass_promtool_check_and_unit_tests(tools: None, tmp_path: Path) 
     assert "promtool test rules deploy/monitoring/tests/chart-scope.test.yaml (chart)" in output
     assert output.count("SUCCESS") >= 5
     # Every alert has a unit test that expects it to fire.
-    tests = yaml.safe_load((REPO / "deploy/monitoring/tests/alerts.test.yaml").read_text())
+    # The shared cases, and the deploy copy's own (an alert whose labels differ).
+    files = [REPO / "deploy/monitoring/tests/alerts.test.yaml"]
+    files += sorted((REPO / "deploy/monitoring/tests").glob("deploy-*.test.yaml"))
     fired = {
         case["alertname"]
-        for test in tests["tests"]
+        for file in files
+        for test in yaml.safe_load(file.read_text())["tests"]
         for case in test["alert_rule_test"]
         if case["exp_alerts"]
     }
@@ -1584,8 +1587,18 @@ def test_an_alert_says_when_prometheus_scrapes_no_sidecar_at_all(tools: None) ->
     up_rules = [r["alert"] for r in plain["spec"]["groups"][0]["rules"] if "up{" in r["expr"]]
     assert up_rules == ["RebalanceSidecarTargetDown", "RebalanceSidecarTargetsAbsent"]
     chart_rule = chart_alerts()["RebalanceSidecarTargetsAbsent"]
-    assert chart_rule["expr"] == 'max(absent(up{namespace="demo", job="rs-rebalance-sidecar"}))'
+    # Equality matchers: the alert carries the release's namespace and job, for routing.
+    assert chart_rule["expr"] == 'absent(up{namespace="demo", job="rs-rebalance-sidecar"})'
     assert chart_rule["for"] == "10m"
+    later = chart_alerts("monitoring.prometheusRule.targetsAbsentFor=30m")[
+        "RebalanceSidecarTargetsAbsent"
+    ]
+    assert later["for"] == "30m"
+    assert "scraped for 30m," in later["annotations"]["description"]
+    # A sharded Prometheus: every shard but the scraping one would fire.
+    assert "RebalanceSidecarTargetsAbsent" not in chart_alerts(
+        "monitoring.prometheusRule.targetsAbsentFor="
+    )
     # A release that runs no sidecar on purpose does not page for it.
     assert "RebalanceSidecarTargetsAbsent" not in chart_alerts("workload.replicas=0")
     # Pods from a parent chart (workload disabled): the chart cannot count them.
