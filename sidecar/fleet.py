@@ -203,7 +203,8 @@ class FleetJournal:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 attempt.refuse(event.sequence, error)
-                if error.fatal() or error.code() == KafkaError._FATAL:
+                fatal = KafkaError._FATAL  # noqa: SLF001 - librdkafka's name for it
+                if error.fatal() or error.code() == fatal:
                     # An idempotent producer's fatal error (fenced, authorization of the
                     # producer id): it refuses everything from now on; start a new one.
                     log.error(
