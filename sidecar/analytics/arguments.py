@@ -421,6 +421,17 @@ def _driver_memory(given: str | None) -> str:
     if given is not None:
         _check_driver_memory(given)
         return given
+    # spark-defaults.conf's own setting, as spark-submit would take it (the session's
+    # explicit setting would otherwise override it without a word).
+    site = sessions.site_default("spark.driver.memory", os.environ)
+    if site:
+        where = "spark.driver.memory in spark-defaults.conf"
+        try:
+            site = driver_memory(site)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"{where}: {error}") from None
+        _check_driver_memory(site, where)
+        return site
     total = memory_available(CGROUP_ROOT, PROC_CGROUP)
     default = _memory_bytes(DEFAULT_DRIVER_MEMORY)
     if total is None or default is None or default <= max_heap(total):
@@ -435,7 +446,8 @@ def _driver_memory(given: str | None) -> str:
         )
     lowered = f"{max_heap(total) >> 20}m"
     print(
-        f"note: --driver-memory not given: {lowered}, not the default {DEFAULT_DRIVER_MEMORY}, "
+        f"note: --driver-memory not given (nor spark.driver.memory in spark-defaults.conf): "
+        f"{lowered}, not the default {DEFAULT_DRIVER_MEMORY}, "
         f"which does not fit this machine's or container's memory ({total >> 20}m) with room "
         "for the JVM's own memory and Python",
         file=sys.stderr,
@@ -443,14 +455,14 @@ def _driver_memory(given: str | None) -> str:
     return lowered
 
 
-def _check_driver_memory(memory: str) -> None:
+def _check_driver_memory(memory: str, where: str = "--driver-memory") -> None:
     """A local driver's heap must fit the machine, or its container, with room for the
     JVM's own memory and Python's (else the JVM would not even start, or be killed for
     memory)."""
     size, total = _memory_bytes(memory), memory_available(CGROUP_ROOT, PROC_CGROUP)
     if size is not None and total is not None and size > max_heap(total):
         raise UsageError(
-            f"--driver-memory {memory}: more than the {max(max_heap(total), 0) >> 20}m "
+            f"{where} {memory}: more than the {max(max_heap(total), 0) >> 20}m "
             f"a heap may take of this machine's or container's memory ({total >> 20}m): "
             f"{100 - round(HEAP_SHARE * 100)} % of it, and at least "
             f"{HEAP_HEADROOM >> 20}m, is left for the JVM's own memory and Python"

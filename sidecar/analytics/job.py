@@ -164,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="driver JVM memory for a local run: at least 512m, at most 80 %% of the "
         "memory (the host's or the container's, the smaller) and 512m less than it "
-        f"(default {DEFAULT_DRIVER_MEMORY}, or that most when less)",
+        "(default: spark.driver.memory from spark-defaults.conf, else "
+        f"{DEFAULT_DRIVER_MEMORY} or that most when less)",
     )
     p.add_argument(
         "--shuffle-partitions",
@@ -248,8 +249,8 @@ def convert_parser() -> argparse.ArgumentParser:
         type=driver_memory,
         default=None,
         help="driver memory: at least 512m, at most 80 %% of the memory (the host's or "
-        f"the container's, the smaller) and 512m less than it (default {DEFAULT_DRIVER_MEMORY}, "
-        "or that most when less)",
+        "the container's, the smaller) and 512m less than it (default: spark.driver.memory "
+        f"from spark-defaults.conf, else {DEFAULT_DRIVER_MEMORY} or that most when less)",
     )
     return p
 
@@ -274,10 +275,10 @@ def _convert(args: argparse.Namespace, managed_session: bool, interrupt: Interru
     interrupt.install(spark)
     spark.sparkContext.setLogLevel("ERROR")
     _check_output_there(spark, args, managed_session, convert=True)
-    output = _output_where(spark, args.output, managed_session)
+    *inputs, output = _placed(spark, [*args.input, args.output], managed_session)
     started = time.monotonic()
     with step(spark, "convert"):
-        write_parquet_events(spark, args.input, output)
+        write_parquet_events(spark, inputs, output)
     print(f"wrote {output} ({time.monotonic() - started:.1f}s)", file=sys.stderr)
     return 0
 
@@ -329,13 +330,26 @@ def _check_output_there(
         check_replaceable(args, hadoop_lister(spark), convert=convert)
 
 
-def _output_where(spark: SparkSession, output: str, managed: bool) -> str:
-    """Where the output goes. Under spark-submit a path without a scheme is on the
-    cluster's default file system, where Spark writes the tables: qualified here
-    (``hdfs://nn:8020/user/me/out``, or ``file:/...`` when that is local), so that the
-    directory and report.html the job writes itself go there too, not to the driver's
-    disk. A local run's default file system is this machine's: kept as given."""
-    return on_default_fs(spark, output) if managed else output
+def _placed(spark: SparkSession, targets: Sequence[str], managed: bool) -> list[str]:
+    """Where the job's paths are. One without a scheme is on Spark's default file system
+    (``fs.defaultFS``), where Spark reads and writes it. Under spark-submit (HDFS on
+    YARN, say) each is qualified here (``hdfs://nn:8020/user/me/out``, or ``file:/...``
+    when that file system is local), so that what the job reads and writes itself (the
+    input's format, the output directory, report.html) is on the same file system as
+    what Spark writes. A local run checked its paths on this machine before the session
+    started and keeps them as given; a default file system that is not this machine's
+    (``HADOOP_CONF_DIR`` naming HDFS) is refused, as it would split the output between
+    two file systems."""
+    placed = [on_default_fs(spark, target) for target in targets]
+    if managed:
+        return placed
+    for given, where in zip(targets, placed, strict=True):
+        if where != given and local_path(where) is None:  # no scheme, not local
+            raise UsageError(
+                f"{given}: Spark's default file system puts it at {where}, not on this "
+                "machine; give a full URI (file:///... for a local path)"
+            )
+    return list(targets)
 
 
 def _refuse(message: str) -> int:
@@ -371,10 +385,10 @@ def _run(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) 
     interrupt.install(spark)
     spark.sparkContext.setLogLevel("ERROR")
     _check_output_there(spark, args, managed_session, convert=False)
-    output = _output_where(spark, args.output, managed_session)
+    *inputs, output = _placed(spark, [*args.input, args.output], managed_session)
     if args.stream:
         options = StreamOptions(
-            inputs=tuple(args.input),
+            inputs=tuple(inputs),
             output=output,
             trigger_seconds=args.trigger_seconds,
             checkpoint=args.checkpoint,
@@ -384,7 +398,7 @@ def _run(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) 
         batches = run_stream(spark, options, timeout_seconds=args.timeout_seconds)
         print(f"streamed {batches} micro-batches into {output}", file=sys.stderr)
         return 0
-    result = run_batch(spark, args.input, output, report=not args.no_report)
+    result = run_batch(spark, inputs, output, report=not args.no_report)
     print(
         f"wrote {', '.join(TABLE_NAMES)} to {output} "
         f"({result.rebalances} rebalances, {result.seconds:.1f}s)",

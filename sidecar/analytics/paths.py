@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -44,7 +43,13 @@ def local_path(target: Target) -> Path | None:
     if scheme is None:
         return Path(given)
     if scheme == "file":
-        return Path(urlsplit(given).path)
+        # Hadoop's reading: all after the authority is the path, `#` and `?` included
+        # (a qualified local path keeps them as they are; urlsplit cut them off).
+        rest = given[len(scheme) + 1 :]
+        if rest.startswith("//"):
+            end = rest.find("/", 2)
+            rest = rest[end:] if end != -1 else "/"
+        return Path(rest)
     return None
 
 

@@ -44,6 +44,10 @@ def test_paths_joined_and_told_local_as_hadoop_does() -> None:
     assert local_path("s3a://bucket/x") is None
     assert local_path("hdfs:///x") is None
     assert local_path("file:///tmp/x") == Path("/tmp/x")
+    assert local_path("file:/tmp/x") == Path("/tmp/x")  # as Hadoop qualifies a path
+    # `#` and `?` are part of a local path (urlsplit cut the path short there)
+    assert local_path("file:/tmp/a#b/out") == Path("/tmp/a#b/out")
+    assert local_path("file:///tmp/why?/out") == Path("/tmp/why?/out")
     assert local_path("out/a:b") == Path("out/a:b")
     assert local_path("out") == Path("out")
 
@@ -587,7 +591,10 @@ def test_the_default_driver_memory_fits_the_machine(
     check_job(defaulted, managed=False)
     assert defaulted.driver_memory == "1024m"  # min(80 %, all but 512m) of 1.5 GiB
     said = capsys.readouterr().err
-    assert said.startswith("note: --driver-memory not given: 1024m, not the default 2g"), said
+    assert said.startswith(
+        "note: --driver-memory not given (nor spark.driver.memory in spark-defaults.conf): "
+        "1024m, not the default 2g"
+    ), said
     assert "(1536m)" in said and said.count("\n") == 1, said
     with pytest.raises(arguments.UsageError, match="--driver-memory 2g: more than the 1024m"):
         check_job(parser().parse_args([*args, "--driver-memory", "2g"]), managed=False)
@@ -599,6 +606,43 @@ def test_the_default_driver_memory_fits_the_machine(
     under_submit = parser().parse_args(args)
     check_job(under_submit, managed=True)
     assert under_submit.driver_memory is None  # spark-submit's own --driver-memory rules
+
+
+def test_spark_defaults_driver_memory_is_honoured_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --driver-memory the job set its own default, overriding without a word the
+    spark.driver.memory an operator put in spark-defaults.conf (which spark-submit and
+    every other Spark tool take). It is now taken, and checked as --driver-memory is."""
+    from sidecar.analytics import arguments
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    (tmp_path / "memory.max").write_text(f"{3 * 2**30}\n")  # 3 GiB: at most a 2457m heap
+    monkeypatch.setattr(arguments, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(arguments, "PROC_CGROUP", tmp_path / "no-such-file")
+    monkeypatch.setattr(arguments, "_physical_memory", lambda: 64 * 2**30)
+    events = str(write_events(tmp_path / "events.jsonl", []))
+    args = ["-i", events, "-o", str(tmp_path / "out")]
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory   1536m\n")
+    taken = parser().parse_args(args)
+    check_job(taken, managed=False)
+    assert taken.driver_memory == "1536m"
+    given = parser().parse_args([*args, "--driver-memory", "1g"])
+    check_job(given, managed=False)
+    assert given.driver_memory == "1g"  # the command line still wins
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory 3g\n")
+    with pytest.raises(
+        arguments.UsageError, match=r"^spark\.driver\.memory in spark-defaults\.conf 3g: more than"
+    ):
+        check_job(parser().parse_args(args), managed=False)
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory lots\n")
+    with pytest.raises(
+        arguments.UsageError,
+        match=r"^spark\.driver\.memory in spark-defaults\.conf: not a memory size",
+    ):
+        check_job(parser().parse_args(args), managed=False)
 
 
 def test_a_machine_too_small_for_any_driver_is_one_line_about_the_machine(

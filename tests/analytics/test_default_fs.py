@@ -1,7 +1,12 @@
-"""Under spark-submit an --output without a scheme is on the cluster's default file system.
+"""Paths without a scheme are on Spark's default file system (``fs.defaultFS``).
 
-Spark writes the tables there (``fs.defaultFS``: HDFS on YARN), so the job's own writes
-(the output directory, report.html) must go there too, not to the driver's local disk.
+Under spark-submit (HDFS on YARN) Spark reads the inputs and writes the tables there, so
+what the job does itself must happen there too: the output directory and report.html
+(they went to the driver's local disk), and telling a Parquet input from JSONL (it
+looked on the driver's disk, found nothing and read a Parquet dataset as JSON). A local
+run whose default file system is not local (``HADOOP_CONF_DIR`` naming HDFS) checked its
+paths on this machine before the session started: it is refused in one line.
+
 The non-local default file system here is Hadoop's ViewFs (in the hadoop-client jars
 pyspark ships), its mount table falling back to a local directory.
 """
@@ -14,21 +19,29 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
+from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.session import REPO_ROOT
 from sidecar.analytics.tables import TABLE_NAMES
+
+from .conftest import canonical, collect_tables, written_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 USER = "analytics"  # HADOOP_USER_NAME: ViewFs's working directory is /user/<user>
 
 
-def test_a_scheme_less_output_lands_on_the_default_file_system(tmp_path: Path) -> None:
+def test_scheme_less_paths_are_on_the_default_file_system(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     fleet = tmp_path / "fleet.jsonl"
     write_fleet_file(fleet, FleetSpec(groups=3, events=3000, seed=5))
     fallback = tmp_path / "viewfs"  # what viewfs://cluster/ holds
-    fallback.mkdir()
+    home = fallback / "user" / USER
+    # A Parquet input whose name does not say so: only a look inside tells.
+    write_parquet_events(spark, [fleet.as_uri()], str(home / "events"))
     cwd = tmp_path / "cwd"  # the driver's working directory
     cwd.mkdir()
     done = subprocess.run(
@@ -48,7 +61,7 @@ def test_a_scheme_less_output_lands_on_the_default_file_system(tmp_path: Path) -
             f"spark.hadoop.fs.viewfs.mounttable.cluster.linkFallback={fallback.as_uri()}",
             "--",
             "--input",
-            fleet.as_uri(),  # a path without a scheme would be on viewfs too
+            "events",
             "--output",
             "out",
         ],
@@ -60,12 +73,15 @@ def test_a_scheme_less_output_lands_on_the_default_file_system(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    output = fallback / "user" / USER / "out"
+    output = home / "out"
     driver_side = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*"))
     assert (output / "report.html").is_file(), f"in the driver's directory: {driver_side}"
     assert "rebalances" in (output / "report.html").read_text(encoding="utf-8").lower()
+    expected = collect_tables(spark, fleet)
     for name in TABLE_NAMES:
-        assert any((output / name).glob("*.parquet")), name
+        written = written_rows(spark, output, name)
+        assert written, name
+        assert canonical(written) == canonical(expected[name]), name
     assert not (cwd / "out").exists()
     assert list(cwd.iterdir()) == []
     # The job says where the output really went (spark-submit's Python runner passes
@@ -75,3 +91,41 @@ def test_a_scheme_less_output_lands_on_the_default_file_system(tmp_path: Path) -
     assert wrote[0].startswith(
         f"wrote {', '.join(TABLE_NAMES)} to viewfs://cluster/user/{USER}/out "
     )
+
+
+def test_a_local_run_on_a_default_file_system_elsewhere_is_refused(tmp_path: Path) -> None:
+    """``HADOOP_CONF_DIR`` (a Hadoop gateway node) can make Spark's default file system
+    HDFS for a local run too: Spark would write the tables there, while the job had
+    checked ``--overwrite`` and would write report.html on this machine."""
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=1, events=50, seed=5))
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    (conf / "core-site.xml").write_text(
+        "<configuration>"
+        "<property><name>fs.defaultFS</name><value>viewfs://cluster/</value></property>"
+        "<property><name>fs.viewfs.mounttable.cluster.linkFallback</name>"
+        f"<value>{(tmp_path / 'viewfs').as_uri()}</value></property>"
+        "</configuration>"
+    )
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar.analytics", "--input", fleet.as_uri(), "--output", "out",
+         "--master", "local[1]", "--no-report"],
+        cwd=cwd,
+        env={**os.environ, "HADOOP_CONF_DIR": str(conf), "HADOOP_USER_NAME": USER,
+             "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-4000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"error: out: Spark's default file system puts it at viewfs://cluster/user/{USER}/out, "
+        "not on this machine; give a full URI (file:///... for a local path)"
+    ), done.stderr[-4000:]
+    assert "Traceback" not in done.stderr
+    assert list(cwd.iterdir()) == []
