@@ -122,6 +122,18 @@ class FleetJournal:
                 return remaining
 
     async def _run(self) -> None:
+        """Produce for ever. Nothing ends it but ``close()``: an unexpected error (the
+        journal unreadable for a moment, a producer call raising) is logged and the
+        turn tried again, from the cursor as stored; a dead task would stop the fleet
+        topic for good and hold the journal for ever, without a word."""
+        while True:
+            try:
+                await self._turns()
+            except Exception as exc:
+                log.error("fleet producer failed; trying again", error=repr(exc))
+                await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _turns(self) -> None:
         cursor = self._journal.mark(CURSOR)
         while True:
             self._wake.clear()

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
 from structlog.testing import capture_logs
 
-from sidecar.components import build_components
+from sidecar.components import Components, build_components
 from sidecar.fleet import CURSOR
-from sidecar.model import EventDraft, PartitionOffset
+from sidecar.model import Event, EventDraft, EventType, PartitionOffset
 from sidecar.settings import Settings
 from sidecar.testkit.events import draft
 from tests.support.kafka import create_topic, unique
@@ -44,10 +46,15 @@ def _small(journaled_at: float | None) -> EventDraft:
 
 
 def _produce_all(
-    kafka_bootstrap: str, topic: str, data_dir: Path, drafts: list[EventDraft]
+    kafka_bootstrap: str,
+    topic: str,
+    data_dir: Path,
+    drafts: list[EventDraft],
+    fault: Callable[[Components], None] = lambda parts: None,
 ) -> tuple[list[str], Counts, list[dict[str, Any]]]:
     """Journal ``drafts`` and run the fleet producer until its cursor passed them all;
-    returns the journaled ids, the fleet counters and the producer's log lines."""
+    returns the journaled ids, the fleet counters and the producer's log lines.
+    ``fault`` may break the wiring before the producer starts."""
     ids: list[str] = []
     counts: Counts = {}
     logs: list[dict[str, Any]] = []
@@ -66,6 +73,7 @@ def _produce_all(
         try:
             ids.extend(parts.journal.append(d).id for d in drafts)
             assert parts.fleet is not None
+            fault(parts)
             with capture_logs() as captured:
                 parts.fleet.start()
                 for _ in range(300):
@@ -136,3 +144,35 @@ def test_an_event_kafka_can_never_take_is_given_up_and_the_rest_produced(
         (2, 1, ["never deliverable: MSG_SIZE_TOO_LARGE"])
     ], logs
     assert _read(kafka_bootstrap, topic, 2) == [ids[0], ids[2]]
+
+
+def test_an_unexpected_error_does_not_end_the_producer(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Any other error in the producer's loop (here the journal unreadable once, as a
+    disk hiccup makes it) ended its task without a word, with the same effect as the
+    oversized event: no later event ever reached the fleet topic."""
+    topic = create_topic(kafka_bootstrap, 1)
+
+    def unreadable_once(parts: Components) -> None:
+        journal = parts.journal
+        read = journal.events_after
+        calls = 0
+
+        def failing(
+            sequence: int, limit: int, types: tuple[EventType, ...] | None = None
+        ) -> list[Event]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise sqlite3.OperationalError("disk I/O error")
+            return read(sequence, limit, types)
+
+        journal.events_after = failing  # type: ignore[method-assign]
+
+    ids, counts, logs = _produce_all(
+        kafka_bootstrap, topic, tmp_path, [_small(None), _small(None)], unreadable_once
+    )
+    assert counts == {"delivered": 2, "failed": 0, "gave_up": 0}
+    assert [line["event"] for line in logs][:1] == ["fleet producer failed; trying again"]
+    assert _read(kafka_bootstrap, topic, 2) == ids
