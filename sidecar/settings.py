@@ -125,7 +125,8 @@ class Settings(BaseSettings):
     topics: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated topics; an entry starting with `^` is a regex in "
-        "librdkafka's syntax (no `(?...)` groups or lookarounds, no commas; checked at start).",
+        "librdkafka's syntax (no `(?...)` groups or lookarounds; a comma only inside a "
+        "`{m,n}` count; checked at start).",
     )
     group_instance_id: str | None = Field(
         default=None,
@@ -337,12 +338,32 @@ class Settings(BaseSettings):
             raise ValueError("is blank; leave it unset or give a real value")
         return value
 
-    @field_validator("topics", "webhook_allowed_hosts", mode="before")
+    @field_validator("webhook_allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: Any) -> Any:
+        """Comma-separated, but not inside ``{...}``: a regex's counted repetition
+        (``^orders-[0-9]{1,3}$``, which librdkafka's regex engine supports). A topic
+        name has neither braces nor commas, so nothing else is ambiguous."""
+        if not isinstance(value, str):
+            return value
+        parts, start, depth = [], 0, 0
+        for index, char in enumerate(value):
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth = max(0, depth - 1)
+            elif char == "," and depth == 0:
+                parts.append(value[start:index])
+                start = index + 1
+        parts.append(value[start:])
+        return tuple(part.strip() for part in parts if part.strip())
 
     @field_validator("webhooks", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from sidecar.journal import Journal
+from sidecar.testkit.kafka import create_topic, unique
 from tests.support.apps import app_with_sidecar
 from tests.support.receiver import slow_revoke
 from tests.support.sidecars import Sidecar, covers, wait_until
@@ -24,6 +25,22 @@ PROTOCOLS = [
     ),
     pytest.param({"protocol": "consumer", "strategy": None}, id="kip848-consumer"),
 ]
+
+
+def test_a_topic_pattern_may_count_with_a_comma(
+    sidecar_factory: Callable[..., Sidecar], kafka_bootstrap: str, group_id: str
+) -> None:
+    """``SIDECAR_TOPICS`` is comma-separated, and a regex's counted repetition
+    (``{1,3}``, which librdkafka's regex engine supports) was cut in two at its comma:
+    the pattern could not be given at all. A comma inside braces now stays in it."""
+    base = unique("pat")
+    counted = create_topic(kafka_bootstrap, 2, f"{base}-7")
+    create_topic(kafka_bootstrap, 2, f"{base}-1234")  # four digits: not matched
+    plain = create_topic(kafka_bootstrap, 1)
+    sidecar = sidecar_factory(group_id, f"^{base}-[0-9]{{1,3}}$,{plain}")
+    expected = {(counted, 0), (counted, 1), (plain, 0)}
+    wait_until(lambda: sidecar.partitions() == expected, 60, "the counted pattern's topic")
+    assert sidecar.assignment()["state"] == "stable"
 
 
 @pytest.mark.parametrize("options", PROTOCOLS)

@@ -39,6 +39,9 @@ def test_kafka_passthrough_names() -> None:
 def test_topics_regex_and_defaults() -> None:
     settings = load_settings({"SIDECAR_TOPICS": "orders, ^audit-.*", "SIDECAR_GROUP_ID": "g"})
     assert settings.topics == ("orders", "^audit-.*")
+    # a comma inside a regex's {m,n} is the regex's, not a separator
+    counted = load_settings({"SIDECAR_TOPICS": "^o-[0-9]{1,3}$,a,^b{2,}", "SIDECAR_GROUP_ID": "g"})
+    assert counted.topics == ("^o-[0-9]{1,3}$", "a", "^b{2,}")
     assert settings.api_host == "127.0.0.1" and settings.api_port == 8080
     assert settings.protocol_name == "eager"
     assert not settings.cooperative
