@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
+from sidecar.analytics.job import UsageError, _placed
 from sidecar.analytics.session import REPO_ROOT
 from sidecar.analytics.tables import TABLE_NAMES
 
@@ -93,39 +94,26 @@ def test_scheme_less_paths_are_on_the_default_file_system(
     )
 
 
-def test_a_local_run_on_a_default_file_system_elsewhere_is_refused(tmp_path: Path) -> None:
+def test_a_local_run_on_a_default_file_system_elsewhere_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     """``HADOOP_CONF_DIR`` (a Hadoop gateway node) can make Spark's default file system
     HDFS for a local run too: Spark would write the tables there, while the job had
-    checked ``--overwrite`` and would write report.html on this machine."""
-    fleet = tmp_path / "fleet.jsonl"
-    write_fleet_file(fleet, FleetSpec(groups=1, events=50, seed=5))
-    conf = tmp_path / "hadoop-conf"
-    conf.mkdir()
-    (conf / "core-site.xml").write_text(
-        "<configuration>"
-        "<property><name>fs.defaultFS</name><value>viewfs://cluster/</value></property>"
-        "<property><name>fs.viewfs.mounttable.cluster.linkFallback</name>"
-        f"<value>{(tmp_path / 'viewfs').as_uri()}</value></property>"
-        "</configuration>"
-    )
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "sidecar.analytics", "--input", fleet.as_uri(), "--output", "out",
-         "--master", "local[1]", "--no-report"],
-        cwd=cwd,
-        env={**os.environ, "HADOOP_CONF_DIR": str(conf), "HADOOP_USER_NAME": USER,
-             "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr[-4000:]
-    lines = done.stderr.strip().splitlines()
-    assert lines[-1] == (
-        f"error: out: Spark's default file system puts it at viewfs://cluster/user/{USER}/out, "
-        "not on this machine; give a full URI (file:///... for a local path)"
-    ), done.stderr[-4000:]
-    assert "Traceback" not in done.stderr
-    assert list(cwd.iterdir()) == []
+    checked ``--overwrite`` and would write report.html on this machine. Checked on the
+    test session itself, its default file system switched to ViewFs for the moment (a
+    JVM of its own would add seconds to the suite for the same Hadoop call)."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    before = conf.get("fs.defaultFS")
+    conf.set("fs.defaultFS", "viewfs://cluster/")
+    conf.set("fs.viewfs.mounttable.cluster.linkFallback", (tmp_path / "viewfs").as_uri())
+    try:
+        with pytest.raises(UsageError) as refused:
+            _placed(spark, [(tmp_path / "in.jsonl").as_uri(), "out"], managed=False)
+        placed = _placed(spark, ["kafka://h:1/t", "file:///tmp/x"], managed=False)
+    finally:
+        conf.set("fs.defaultFS", before)
+        conf.unset("fs.viewfs.mounttable.cluster.linkFallback")
+    where = str(refused.value)
+    assert where.startswith("out: Spark's default file system puts it at viewfs://cluster/")
+    assert where.endswith("not on this machine; give a full URI (file:///... for a local path)")
+    assert placed == ["kafka://h:1/t", "file:///tmp/x"]  # given with a scheme: kept
