@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 
@@ -12,10 +13,14 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, partitions: int, name: str | None = None) -> str:
+def create_topic(
+    bootstrap: str, partitions: int, name: str | None = None, config: dict[str, str] | None = None
+) -> str:
+    """A new topic (``config``: topic configs such as ``max.message.bytes``)."""
     name = name or unique("topic")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=30)
+    new = NewTopic(name, partitions, 1, config=config or {})
+    futures = admin.create_topics([new], operation_timeout=30)
     for future in futures.values():
         future.result(timeout=30)
     # Wait until metadata shows every partition with a leader.
@@ -36,3 +41,29 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     finally:
         consumer.close()
     return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+
+def read_topic(bootstrap: str, topic: str, count: int, timeout: float = 60.0) -> list[Message]:
+    """The first ``count`` records of ``topic`` from its start (fewer if ``timeout`` runs out).
+
+    Read by a throwaway consumer of a group of its own that commits nothing.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("topic-reader"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    records: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                records.append(message)
+    finally:
+        consumer.close()
+    return records

@@ -497,12 +497,10 @@ sys.exit(_guarded(run))
 """
 
 
-def test_a_second_ctrl_c_while_spark_stops_exits_at_once(tmp_path: Path) -> None:
-    """The run ended after a first Ctrl-C, and the command put PySpark's SIGINT handler
-    back before it waited (up to a minute) for Spark to stop: a second press then raised
-    KeyboardInterrupt in that wait, a traceback instead of the quiet exit 130."""
+def _interrupted(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (it presses Ctrl-C itself) and check it exits quietly with 130."""
     done = subprocess.run(
-        [sys.executable, "-c", _STOPPING],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -510,6 +508,14 @@ def test_a_second_ctrl_c_while_spark_stops_exits_at_once(tmp_path: Path) -> None
     )
     assert done.returncode == 130, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_a_second_ctrl_c_while_spark_stops_exits_at_once(tmp_path: Path) -> None:
+    """The run ended after a first Ctrl-C, and the command put PySpark's SIGINT handler
+    back before it waited (up to a minute) for Spark to stop: a second press then raised
+    KeyboardInterrupt in that wait, a traceback instead of the quiet exit 130."""
+    done = _interrupted(_STOPPING)
     assert "stopped" not in done.stdout  # it did not wait for Spark
 
 
@@ -522,15 +528,7 @@ def test_ctrl_c_while_the_session_starts_is_not_lost(tmp_path: Path, presses: st
     the first is noted and stops the run once the session is up; a second exits now,
     also one that came in the ~0.1 s the watcher takes to hand over (still blocked, it
     reached the handler as a first press: a second stopper, and a wait for Spark)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _STARTING, presses],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode == 130, (done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr
+    done = _interrupted(_STARTING, presses)
     if presses == "once, at the handover":  # Spark stopped once, not by two stoppers
         assert done.stdout.splitlines() == ["query stopped", "cancelled", "stopped"]
         return

@@ -19,10 +19,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.bindings import kafka as ce_kafka
-from confluent_kafka import Consumer
 
 from sidecar.subscriptions import new_secret
-from tests.support.kafka import unique
+from tests.support.kafka import read_topic, unique
 from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -64,31 +63,6 @@ class RawReceiver:
         finally:
             self._server.shutdown()
             self._server.server_close()
-
-
-def _fleet_records(bootstrap: str, topic: str, count: int) -> list[Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("fleet-reader"),
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    records: list[Any] = []
-    try:
-        consumer.subscribe([topic])
-        wait_until(lambda: _poll_into(consumer, records) >= count, 60, f"{count} fleet records")
-    finally:
-        consumer.close()
-    return records
-
-
-def _poll_into(consumer: Consumer, records: list[Any]) -> int:
-    message = consumer.poll(0.5)
-    if message is not None and message.error() is None:
-        records.append(message)
-    return len(records)
 
 
 def _check_attributes(event: Any, group_id: str) -> str:
@@ -152,16 +126,19 @@ def test_every_webhook_body_and_fleet_record_is_a_valid_cloudevent(
     assert sorted(sequences) == sorted(sequences, key=int)  # ... and text order is numeric
     assert [int(s) for s in sequences] == [int(e["sequence"]) for e in journaled]
 
-    records = _fleet_records(kafka_bootstrap, fleet, len(journaled))
-    fleet_sequences = []
+    records = read_topic(kafka_bootstrap, fleet, len(journaled))
+    assert len(records) == len(journaled), "the fleet topic is missing events"
+    fleet_sequences: list[str] = []
     for record in records:
+        pairs = record.headers() or []
+        assert isinstance(pairs, list)  # a consumed record's headers: (name, value) pairs
         headers: dict[str, bytes] = {
             name: value if isinstance(value, bytes) else str(value).encode()
-            for name, value in record.headers() or []
+            for name, value in pairs
         }
         assert headers["content-type"] == b"application/cloudevents+json"
         event = ce_kafka.from_kafka_event(
-            ce_kafka.KafkaMessage(headers=headers, key=record.key(), value=record.value())
+            ce_kafka.KafkaMessage(headers=headers, key=record.key(), value=record.value() or b"")
         )
         fleet_sequences.append(_check_attributes(event, group_id))
         assert event.get_extension("partitionkey") == group_id  # the record key

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
-from tests.support.kafka import unique
+from tests.support.kafka import read_topic, unique
 from tests.support.sidecars import Sidecar, free_port, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -47,21 +45,10 @@ def test_fleet_topic_receives_every_event_keyed_by_group(
     assert sidecar.client.post("/enforce-rebalance", params={"wait": 30}).status_code == 200
     journaled = [e["id"] for e in sidecar.history()]
 
-    reader = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": f"{group_id}-reader",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    reader.subscribe([fleet])
-    seen: list[tuple[bytes | None, dict[str, object]]] = []
-    deadline = time.monotonic() + 30
-    while len({e["id"] for _, e in seen}) < len(journaled) and time.monotonic() < deadline:
-        message = reader.poll(0.5)
-        if message is not None and message.error() is None:
-            seen.append((message.key(), json.loads(message.value() or b"{}")))
-    reader.close()
+    seen = [
+        (record.key(), json.loads(record.value() or b"{}"))
+        for record in read_topic(kafka_bootstrap, fleet, len(journaled), 30)
+    ]
     assert [e["id"] for _, e in seen][: len(journaled)] == journaled
     assert {key for key, _ in seen} == {group_id.encode()}
 
