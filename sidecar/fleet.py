@@ -48,25 +48,39 @@ _STRUCTURED: list[tuple[str, str | bytes | None]] = [
 
 
 class _Attempt:
-    """One attempt at a batch: what Kafka acknowledged, and what it refused and why."""
+    """One attempt at a batch: what Kafka acknowledged, and what it refused and why.
 
-    def __init__(self, metrics: Metrics) -> None:
+    ``alone``: each event is produced and delivered on its own. The broker measures a
+    record batch, not an event, against the topic's ``max.message.bytes``; librdkafka
+    fails every event of a batch it refused as too large (the Java producer splits the
+    batch; librdkafka does not). So a refusal is the event's own only when the event was
+    alone in its request, or when the producer refused it before sending (its own
+    ``message.max.bytes``)."""
+
+    def __init__(self, metrics: Metrics, *, alone: bool = False) -> None:
         self._metrics = metrics
+        self.alone = alone
         self.delivered: set[int] = set()
         self.refused: dict[int, str] = {}
         self.errors: list[str] = []
+        # The broker refused a batch as too large: its events may each fit on their own.
+        self.batch_too_large = False
 
     def on_delivery(self, sequence: int, error: KafkaError | None, message: Message, /) -> None:
         self._metrics.fleet_produced.labels("failed" if error else "delivered").inc()
         if error is None:
             self.delivered.add(sequence)
         else:
-            self.refuse(sequence, error)
+            self.refuse(sequence, error, measured_alone=self.alone)
 
-    def refuse(self, sequence: int, error: KafkaError) -> None:
+    def refuse(self, sequence: int, error: KafkaError, *, measured_alone: bool = True) -> None:
         self.errors.append(error.str())
-        if error.code() in _NEVER_DELIVERABLE:
+        if error.code() not in _NEVER_DELIVERABLE:
+            return
+        if measured_alone:
             self.refused[sequence] = f"never deliverable: {error.name()}"
+        else:
+            self.batch_too_large = True
 
 
 class FleetJournal:
@@ -135,17 +149,16 @@ class FleetJournal:
 
     async def _turns(self) -> None:
         cursor = self._journal.mark(CURSOR)
+        alone = False
         while True:
             self._wake.clear()
             batch = self._journal.events_after(cursor, _BATCH)
             if not batch:
                 await self._wake.wait()
                 continue
-            attempt = _Attempt(self._metrics)
-            for event in batch:
-                if not await self._produce(event, attempt):
-                    break
-            remaining = await self._flush(_MESSAGE_TIMEOUT_MS / 1000 + 5)
+            attempt = _Attempt(self._metrics, alone=alone)
+            remaining = await self._attempt(batch, attempt)
+            alone = False
             if all(e.sequence in attempt.delivered for e in batch):
                 cursor = batch[-1].sequence
                 self._journal.set_mark(CURSOR, cursor)
@@ -155,9 +168,30 @@ class FleetJournal:
                 topic=self._topic,
                 errors=attempt.errors[:3],
                 undelivered=remaining,
+                one_by_one=attempt.batch_too_large,
             )
             cursor = self._settle(cursor, batch, attempt)
+            if attempt.batch_too_large:
+                # Retried at once, each event in a request of its own: what fits is
+                # produced, and what the broker still refuses is refused for itself.
+                alone = True
+                continue
             await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _attempt(self, batch: list[Event], attempt: _Attempt) -> int:
+        """Produce ``batch`` and wait for Kafka's answers; returns what stayed undelivered.
+        One by one (``attempt.alone``), it stops at the first event neither delivered nor
+        refused for itself."""
+        wait = _MESSAGE_TIMEOUT_MS / 1000 + 5
+        for event in batch:
+            if not await self._produce(event, attempt):
+                break
+            if attempt.alone:
+                remaining = await self._flush(wait)
+                answered = event.sequence in attempt.delivered or event.sequence in attempt.refused
+                if remaining or not answered:
+                    return remaining
+        return await self._flush(wait)
 
     def _settle(self, cursor: int, batch: list[Event], attempt: _Attempt) -> int:
         """After an attempt that did not deliver the whole batch: move the cursor past

@@ -13,7 +13,10 @@ An event Kafka can never take (larger than the producer's ``message.max.bytes``:
 assignment of tens of thousands of partitions) made ``produce()`` raise, which ended the
 producer's task without a word: the cursor stopped there for good, every later event
 stayed unproduced, and retention held the journal for ever. It is now given up at once,
-counted and logged, and the events around it are produced.
+counted and logged, and the events around it are produced. The topic's own limit
+(``max.message.bytes``) is checked by the broker against a record batch, not an event:
+small events that shared a refused batch were given up with it. They are now tried one
+by one.
 
 Real broker, real SQLite journal, the daemon's own wiring (``build_components``).
 """
@@ -28,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
 from structlog.testing import capture_logs
 
 from sidecar.components import Components, build_components
@@ -36,7 +38,7 @@ from sidecar.fleet import CURSOR
 from sidecar.model import Event, EventDraft, EventType, PartitionOffset
 from sidecar.settings import Settings
 from sidecar.testkit.events import draft
-from tests.support.kafka import create_topic, unique
+from tests.support.kafka import create_topic, read_topic, unique
 
 Counts = dict[str, float]
 
@@ -95,27 +97,8 @@ def _produce_all(
 
 
 def _read(kafka_bootstrap: str, topic: str, expected: int) -> list[str]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": unique("fleet-reader"),
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        received: list[str] = []
-        deadline = time.monotonic() + 30
-        while len(received) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                value = message.value()
-                assert value is not None
-                received.append(json.loads(value)["id"])
-        return received
-    finally:
-        consumer.close()
+    records = read_topic(kafka_bootstrap, topic, expected, 30)
+    return [json.loads(record.value() or b"{}")["id"] for record in records]
 
 
 def test_events_older_than_the_retention_are_produced_when_kafka_takes_them(
@@ -144,6 +127,29 @@ def test_an_event_kafka_can_never_take_is_given_up_and_the_rest_produced(
         (2, 1, ["never deliverable: MSG_SIZE_TOO_LARGE"])
     ], logs
     assert _read(kafka_bootstrap, topic, 2) == [ids[0], ids[2]]
+
+
+def test_a_batch_the_topic_refuses_as_too_large_is_produced_event_by_event(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The broker measures a record batch against the topic's ``max.message.bytes``, and
+    librdkafka fails every event of a batch it refused (the Java producer splits it).
+    Events that each fit were given up as never deliverable when they shared a batch
+    with a large one, or only with each other. Each is now tried on its own: those that
+    fit are produced, and only an event the topic refuses by itself is given up."""
+    topic = create_topic(kafka_bootstrap, 1, config={"max.message.bytes": "6000"})
+
+    def sized(partitions: int) -> EventDraft:
+        return draft(partitions=tuple(PartitionOffset("t", p, p) for p in range(partitions)))
+
+    sizes = [40, 40, 40, 400, 40]  # partitions: about 2 kB per event, and 17 kB
+    ids, counts, logs = _produce_all(kafka_bootstrap, topic, tmp_path, [sized(n) for n in sizes])
+    given = [line for line in logs if line["event"] == "fleet events given up"]
+    assert [(g["first_sequence"], g["events"], g["reasons"]) for g in given] == [
+        (4, 1, ["never deliverable: MSG_SIZE_TOO_LARGE"])
+    ], logs
+    assert counts["gave_up"] == 1
+    assert _read(kafka_bootstrap, topic, 4) == [ids[0], ids[1], ids[2], ids[4]]
 
 
 def test_an_unexpected_error_does_not_end_the_producer(
