@@ -343,6 +343,34 @@ def test_app_ports_that_collide_with_the_sidecar_are_refused(tools: None) -> Non
     assert "containerPort 8081 is taken by the sidecar" in result.stderr
 
 
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_app_port_names_that_the_sidecars_resources_select_are_refused(
+    tools: None, mode: str
+) -> None:
+    # Services, the PodMonitor and a NetworkPolicy rule resolve a port name against every
+    # container of the pod, and Kubernetes looks at spec.containers (the app) first: an
+    # app port named `admin` would take the metrics Service's and the `helm test`
+    # Service's targetPort, put the app's port in the PodMonitor's job, and, through
+    # networkPolicy.allowAppPorts, open the sidecar's admin port (/drain) to everyone.
+    monitored = ("--values", str(CHART / "ci" / "monitoring-values.yaml"))
+    named = ("--set", f"sidecar.mode={mode}", "--set", "app.ports[1].containerPort=9090")
+    admin = helm_template(*monitored, *named, "--set", "app.ports[1].name=admin")
+    assert admin.returncode != 0
+    assert "app.ports: the name admin is the sidecar's port" in admin.stderr
+    # `api` names a sidecar port only when the control API leaves the loopback.
+    assert render(*monitored, *named, "--set", "app.ports[1].name=api")
+    exposed = helm_template(
+        *monitored,
+        *named,
+        "--set",
+        "app.ports[1].name=api",
+        "--set",
+        "sidecar.api.host=0.0.0.0,sidecar.token.existingSecret=orders-token",
+    )
+    assert exposed.returncode != 0
+    assert "app.ports: the name api is the sidecar's port" in exposed.stderr
+
+
 def test_prestop_command_can_be_replaced_or_disabled(tools: None) -> None:
     custom = render(*REQUIRED, "--set", "app.preStop.command={/bin/drain,--now}")
     app = container(pod_spec(custom)["containers"], "app")

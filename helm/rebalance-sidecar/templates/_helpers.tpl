@@ -299,6 +299,22 @@ refuses such a scrape config. Takes (dict "key" "podMonitor" "monitor" <values>)
 {{- fail (printf "app.ports: containerPort %d is taken by the sidecar (sidecar.api.port %d, sidecar.admin.port %d): the containers share the pod's network" (int64 .containerPort) (int64 $s.api.port) (int64 $s.admin.port)) -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+Port names are looked up in every container of the pod, regular containers (the
+app) first: the metrics and `helm test` Services' targetPort, the PodMonitor's port
+and a NetworkPolicy rule naming an app port would all pick the app's port of the
+same name, and networkPolicy.allowAppPorts would open the sidecar's admin port
+(and /drain) to everyone.
+*/ -}}
+{{- $sidecarPorts := list "admin" -}}
+{{- if not (include "rebalance-sidecar.apiOnLoopback" .) -}}
+{{- $sidecarPorts = append $sidecarPorts "api" -}}
+{{- end -}}
+{{- range $c.values.app.ports -}}
+{{- if and .name (has (toString .name) $sidecarPorts) -}}
+{{- fail (printf "app.ports: the name %s is the sidecar's port (container port names are looked up across the pod, the app's first: the metrics Service, the PodMonitor, the helm test and a NetworkPolicy naming it would reach the app's port, or open the sidecar's); rename the app's port" (toString .name)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- /* Environment of the sidecar container. */ -}}
