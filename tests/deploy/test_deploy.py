@@ -337,6 +337,44 @@ def test_drain_token_is_derived_per_release_or_set(tools: None) -> None:
     assert drain_token("--set", "sidecar.drainToken=from-my-vault") == "from-my-vault"
 
 
+def test_sidecar_env_may_not_set_again_what_the_chart_sets(tools: None, tmp_path: Path) -> None:
+    # The kubelet lets the last definition of a name win: the sidecar would run with the
+    # sidecar.env value while the preStop header and the grace period keep the chart's
+    # (a drain token from a Secret: every drain a 401 the kubelet does not report).
+    def with_env(
+        *env: dict[str, Any], args: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        values = tmp_path / "env.yaml"
+        values.write_text(yaml.safe_dump({"sidecar": {"env": list(env)}}))
+        return helm_template(*REQUIRED, "--values", values, *args)
+
+    from_secret = {"secretKeyRef": {"name": "orders-drain", "key": "token"}}
+    for refused, args in (
+        ({"name": "SIDECAR_DRAIN_TOKEN", "valueFrom": from_secret}, ()),
+        ({"name": "SIDECAR_DRAIN_TIMEOUT_MS", "value": "120000"}, ()),
+        (
+            {"name": "SIDECAR_KAFKA_SESSION_TIMEOUT_MS", "value": "6000"},
+            ("--set", "sidecar.kafka.properties.session\\.timeout\\.ms=10000"),
+        ),
+    ):
+        result = with_env(refused, args=args)
+        assert result.returncode != 0, refused
+        assert f"sidecar.env sets {refused['name']}, which the chart already sets" in (
+            result.stderr
+        )
+    # Settings the chart has no value for, and ones it sets only on request, go through.
+    accepted = with_env(
+        {"name": "SIDECAR_LOG_LEVEL", "value": "debug"},
+        {"name": "SIDECAR_KAFKA_SESSION_TIMEOUT_MS", "value": "6000"},
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    docs = [d for d in yaml.safe_load_all(accepted.stdout) if d and not is_test_hook(d)]
+    sidecar = container(pod_spec(docs)["initContainers"], "rebalance-sidecar")
+    names = [e["name"] for e in sidecar["env"]]
+    assert len(names) == len(set(names))
+    assert env_of(sidecar)["SIDECAR_LOG_LEVEL"]["value"] == "debug"
+
+
 def test_app_ports_that_collide_with_the_sidecar_are_refused(tools: None) -> None:
     result = helm_template(*REQUIRED, "--set", "app.ports[0].containerPort=8081")
     assert result.returncode != 0

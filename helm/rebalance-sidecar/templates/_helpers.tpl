@@ -315,10 +315,27 @@ same name, and networkPolicy.allowAppPorts would open the sidecar's admin port
 {{- fail (printf "app.ports: the name %s is the sidecar's port (container port names are looked up across the pod, the app's first: the metrics Service, the PodMonitor, the helm test and a NetworkPolicy naming it would reach the app's port, or open the sidecar's); rename the app's port" (toString .name)) -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+A variable the chart already sets (from sidecar.drainToken, drainTimeoutMs, kafka.*,
+...) must not come again in sidecar.env: the kubelet lets the last definition win,
+so the sidecar would run with the sidecar.env value while everything the chart
+derives from its own (the preStop hook's X-Drain-Token header, the grace period,
+drainedRestartAfterMs) keeps the chart's. A drain token from a Secret, say, makes
+every drain a 401 that the kubelet does not report.
+*/ -}}
+{{- $managed := list -}}
+{{- range (include "rebalance-sidecar.chartEnv" . | fromYamlArray) -}}
+{{- $managed = append $managed .name -}}
+{{- end -}}
+{{- range $s.env -}}
+{{- if has .name $managed -}}
+{{- fail (printf "sidecar.env sets %s, which the chart already sets from its values (see values.yaml): the kubelet would run the sidecar with the sidecar.env value while the drain hook, the grace period and the other derived settings follow the chart's; set it through the chart's value instead (a drain token from a Secret cannot work: the preStop hook's header is in the pod spec)" .name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
-{{- /* Environment of the sidecar container. */ -}}
-{{- define "rebalance-sidecar.env" -}}
+{{- /* The sidecar's variables that the chart sets from its values (not sidecar.env). */ -}}
+{{- define "rebalance-sidecar.chartEnv" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- $s := $c.values.sidecar -}}
 - name: SIDECAR_API_HOST
@@ -390,7 +407,13 @@ same name, and networkPolicy.allowAppPorts would open the sidecar's admin port
       name: {{ .secretName }}
       key: {{ .key }}
 {{- end }}
-{{- with $s.env }}
+{{- end -}}
+
+{{- /* Environment of the sidecar container: the chart's variables, then sidecar.env. */ -}}
+{{- define "rebalance-sidecar.env" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- include "rebalance-sidecar.chartEnv" . }}
+{{- with $c.values.sidecar.env }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
