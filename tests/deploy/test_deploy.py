@@ -1390,6 +1390,51 @@ def test_kustomize_base_drains_with_the_token_the_sidecar_gets(tools: None) -> N
         assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
+@pytest.mark.parametrize("below", ["base", "overlays/example", "overlays/classic-sidecar"])
+def test_kustomize_overlay_that_changes_the_drain_token_keeps_the_hooks_in_step(
+    tools: None, tmp_path: Path, below: str
+) -> None:
+    """The token is copied into the hooks by a `replacements` entry, which copies the value
+    the ConfigMap has where it runs. It ran in the base (and the classic overlay) only: an
+    overlay that changed SIDECAR_DRAIN_TOKEN as the docs say gave the sidecar the new token
+    and left the old one in the hooks, so every drain was a 401 the kubelet ignores. An
+    overlay lists components/drain-token (docs/kubernetes.md, section 11) and the hooks
+    follow."""
+    deploy = tmp_path / "deploy"
+    shutil.copytree(REPO / "deploy" / "kubernetes", deploy / "kubernetes")
+    mine = deploy / "kubernetes" / "overlays" / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"../../{below}"],
+                "components": ["../../components/drain-token"],
+                "configMapGenerator": [
+                    {
+                        "name": "rebalance-sidecar-config",
+                        "behavior": "merge",
+                        "literals": ["SIDECAR_DRAIN_TOKEN=only-this-team-knows-it"],
+                    }
+                ],
+            }
+        )
+    )
+    result = run(KUSTOMIZE, "build", mine)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert one(docs, "ConfigMap")["data"]["SIDECAR_DRAIN_TOKEN"] == "only-this-team-knows-it"
+    spec = pod_spec(docs)
+    containers = spec.get("initContainers", []) + spec["containers"]
+    hooks = [c["lifecycle"]["preStop"]["httpGet"] for c in containers if "lifecycle" in c]
+    assert len(hooks) == (2 if below.endswith("classic-sidecar") else 1)
+    for hook in hooks:
+        assert hook["httpHeaders"] == [
+            {"name": "X-Drain-Token", "value": "only-this-team-knows-it"}
+        ]
+
+
 @pytest.mark.parametrize(
     ("mode", "overlay"), [("native", "base"), ("classic", "overlays/classic-sidecar")]
 )
