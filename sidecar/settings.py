@@ -73,6 +73,9 @@ RESERVED_KAFKA_PROPERTIES = frozenset(
     }
 )
 
+# Kafka's own rule for a topic name (``Topic.validate``): the broker refuses any other.
+_TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
+
 _HOST_PORT = re.compile(
     r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
 )
@@ -228,7 +231,8 @@ class Settings(BaseSettings):
     events_topic: str | None = Field(
         default=None,
         description="Also produce every event to this Kafka topic (the fleet journal), keyed "
-        "by group id, with an idempotent producer.",
+        "by group id, with an idempotent producer (a topic name, checked at start; empty: "
+        "off).",
     )
     journal_retention_events: int = Field(
         default=100_000,
@@ -419,8 +423,20 @@ class Settings(BaseSettings):
                         re.compile(topic)
                 except re.error as exc:
                     raise ValueError(f"{topic!r} is not a valid regex: {exc}") from None
-            elif not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
+            elif not _TOPIC_NAME.fullmatch(topic):
                 raise ValueError(f"{topic!r} is not a valid topic name")
+        return value
+
+    @field_validator("events_topic")
+    @classmethod
+    def _check_events_topic(cls, value: str | None) -> str | None:
+        # The broker refuses a bad name ("Invalid topic") for every event: the producer
+        # retried every 2 s, a warning each time, holding the journal for the retention.
+        if value and not _TOPIC_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid topic name (letters, digits, '.', '_' and '-', "
+                "at most 249)"
+            )
         return value
 
     @field_validator("api_token", "drain_token")

@@ -55,6 +55,13 @@ def webhook(url: str, **extra: str) -> dict[str, str]:
         ({"SIDECAR_WEBHOOKS": "[" * 5000 + "]" * 5000}, "SIDECAR_WEBHOOKS: not valid JSON"),
         # Path("") is the working directory
         ({"SIDECAR_DATA_DIR": ""}, "SIDECAR_DATA_DIR: is empty"),
+        # a name the broker refuses ("Invalid topic"): every event failed, retried every
+        # 2 s with a warning, the journal held for the whole retention
+        ({"SIDECAR_EVENTS_TOPIC": "fleet events"}, "SIDECAR_EVENTS_TOPIC: 'fleet events' is not"),
+        ({"SIDECAR_EVENTS_TOPIC": "flëet"}, "SIDECAR_EVENTS_TOPIC: 'flëet' is not a valid topic"),
+        ({"SIDECAR_EVENTS_TOPIC": ".."}, "SIDECAR_EVENTS_TOPIC: '..' is not a valid topic name"),
+        ({"SIDECAR_EVENTS_TOPIC": "e" * 250}, "SIDECAR_EVENTS_TOPIC: 'eeee"),
+        ({"SIDECAR_TOPICS": "orders,."}, "SIDECAR_TOPICS: '.' is not a valid topic name"),
         # the second replaced the first without a word
         (
             {"SIDECAR_WEBHOOKS": json.dumps([webhook("http://a/", id="x"), webhook("http://b/", id="x")])},  # noqa: E501
@@ -68,6 +75,11 @@ def webhook(url: str, **extra: str) -> dict[str, str]:
 )  # fmt: skip
 def test_settings_that_failed_later_are_refused_at_start(env: dict[str, str], said: str) -> None:
     assert said in refused(env)
+
+
+def test_an_events_topic_kafka_accepts_is_taken_and_an_empty_one_is_off() -> None:
+    assert load_settings({**GOOD, "SIDECAR_EVENTS_TOPIC": "rebalance-events.v1_x"}).events_topic
+    assert not load_settings({**GOOD, "SIDECAR_EVENTS_TOPIC": ""}).events_topic
 
 
 def test_tokens_with_inner_spaces_still_work() -> None:
