@@ -421,8 +421,10 @@ class Settings(BaseSettings):
                     with warnings.catch_warnings():  # "possible nested set" for [[:alpha:]]
                         warnings.simplefilter("ignore", FutureWarning)
                         re.compile(topic)
-                except re.error as exc:
+                except (re.error, OverflowError) as exc:  # OverflowError: "{99999999999}"
                     raise ValueError(f"{topic!r} is not a valid regex: {exc}") from None
+                except RecursionError:  # the parser recurses per level of nesting
+                    raise ValueError(f"{topic!r} is not a valid regex: nested too deeply") from None
             elif not _TOPIC_NAME.fullmatch(topic):
                 raise ValueError(f"{topic!r} is not a valid topic name")
         return value

@@ -52,6 +52,7 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_API_PORT": "70000"}, "SIDECAR_API_PORT"),
         ({"SIDECAR_TOPICS": "^(unclosed"}, "SIDECAR_TOPICS"),
         ({"SIDECAR_TOPICS": "no spaces allowed"}, "SIDECAR_TOPICS"),
+        ({"SIDECAR_TOPICS": "^t{99999999999}"}, "SIDECAR_TOPICS"),  # was a traceback
         ({"SIDECAR_BOOTSTRAP_SERVERS": "localhost"}, "SIDECAR_BOOTSTRAP_SERVERS"),
         ({"SIDECAR_BOOTSTRAP_SERVERS": "no-such-host.invalid:9092"}, "SIDECAR_BOOTSTRAP_SERVERS"),
         ({"SIDECAR_WEBHOOKS": "[{"}, "SIDECAR_WEBHOOKS"),

@@ -62,6 +62,9 @@ def webhook(url: str, **extra: str) -> dict[str, str]:
         ({"SIDECAR_EVENTS_TOPIC": ".."}, "SIDECAR_EVENTS_TOPIC: '..' is not a valid topic name"),
         ({"SIDECAR_EVENTS_TOPIC": "e" * 250}, "SIDECAR_EVENTS_TOPIC: 'eeee"),
         ({"SIDECAR_TOPICS": "orders,."}, "SIDECAR_TOPICS: '.' is not a valid topic name"),
+        # patterns Python's regex parser fails on other than with re.error: a traceback
+        ({"SIDECAR_TOPICS": "^orders-[0-9]{99999999999}"}, "SIDECAR_TOPICS: '^orders-[0-9]{9"),
+        ({"SIDECAR_TOPICS": "^" + "(" * 2000 + ")" * 2000}, "is not a valid regex: nested too"),
         # the second replaced the first without a word
         (
             {"SIDECAR_WEBHOOKS": json.dumps([webhook("http://a/", id="x"), webhook("http://b/", id="x")])},  # noqa: E501
