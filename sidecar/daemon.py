@@ -365,11 +365,15 @@ def _bind(host: str, port: int, setting: str) -> socket.socket:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, TypeError, UnicodeError) as exc:
+        # TypeError, UnicodeError: a name the resolver cannot even encode (IDNA refuses a
+        # zero-width space or a soft hyphen, invisible in a copied value: shown escaped).
         sock.close()
+        shown = host if host.isprintable() else repr(host)
+        reason = exc.strerror if isinstance(exc, OSError) else "not a host name or address"
         raise StartupError(
-            f"cannot listen on {host}:{port} (SIDECAR_{setting}_HOST/SIDECAR_{setting}_PORT): "
-            f"{exc.strerror}"
+            f"cannot listen on {shown}:{port} (SIDECAR_{setting}_HOST/SIDECAR_{setting}_PORT): "
+            f"{reason}"
         ) from None
     sock.listen(128)
     sock.set_inheritable(False)

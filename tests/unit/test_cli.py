@@ -59,6 +59,10 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_WEBHOOKS": '[{"url": "http://x"}]'}, "SIDECAR_WEBHOOKS"),  # no secret
         ({"SIDECAR_REVOKE_TIMEOUT_MS": "299000"}, "max.poll.interval.ms"),
         ({"SIDECAR_API_HOST": "0.0.0.0"}, "SIDECAR_API_TOKEN"),
+        # a host the resolver cannot encode (IDNA): a TypeError traceback at the bind
+        ({"SIDECAR_ADMIN_HOST": "\u200b"}, "'\\u200b':0 (SIDECAR_ADMIN_HOST/SIDECAR_ADMIN_PORT)"),
+        ({"SIDECAR_API_HOST": "pod-0\u2028", "SIDECAR_API_TOKEN": "t"}, "SIDECAR_API_HOST"),
+        ({"SIDECAR_ADMIN_HOST": "pod-0\n"}, "'pod-0\\n':0"),  # the line stays one line
         ({"SIDECAR_KAFKA_ENABLE_AUTO_COMMIT": "true"}, "enable.auto.commit"),
         ({"SIDECAR_GROUP_ID": ""}, "SIDECAR_GROUP_ID"),
         # Numbers the sidecar reads itself: librdkafka took "45000x" as 45000, Python's
