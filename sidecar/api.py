@@ -116,6 +116,14 @@ def _install_error_handlers(app: FastAPI) -> None:
         # 422 is for a body that parsed but says something invalid; a query string,
         # header or path that is not what it must be is a malformed request: 400.
         in_body = any(tuple(error.get("loc", ()))[:1] == ("body",) for error in errors)
+        if any(isinstance(error.get("input"), bytes) for error in exc.errors()):
+            # FastAPI reads a body as JSON only under a JSON Content-Type (or none); under
+            # any other (``curl -d`` sends a form's) the JSON reached the model as bytes,
+            # and "not a valid dictionary" said nothing of why.
+            sent = json_safe(request.headers.get("content-type", ""))
+            problems = [
+                f"the body is read as JSON only with Content-Type: application/json, not {sent!r}"
+            ]
         return JSONResponse(
             {"error": "invalid request: " + "; ".join(problems), "detail": errors},
             status_code=422 if in_body else 400,

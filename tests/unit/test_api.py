@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import socket
 import sqlite3
 import threading
@@ -431,6 +432,37 @@ def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: 
         assert body.status_code == 422
 
     run(tmp_path, scenario)
+
+
+def test_a_json_body_sent_as_another_content_type_is_a_422_that_says_so(tmp_path: Path) -> None:
+    """``curl -d`` sends ``application/x-www-form-urlencoded``: FastAPI then hands the JSON
+    to the model as bytes, and the 422 said only "Input should be a valid dictionary" (the
+    README's own registration example, with a token, got that)."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        token = {"Authorization": "Bearer s3cret"}
+        webhook = b'{"url": "http://127.0.0.1:8081/rebalance", "mode": "blocking"}'
+        for path, body, content_type in (
+            ("/webhooks", webhook, "application/x-www-form-urlencoded"),
+            ("/commit", json.dumps(COMMIT).encode(), "text/plain; charset=utf-8"),
+            ("/enforce-rebalance", b'{"reason": "deploy"}', "application/xml"),
+        ):
+            answer = await client.post(
+                path, content=body, headers={**token, "Content-Type": content_type}
+            )
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["error"] == (
+                "invalid request: the body is read as JSON only with Content-Type: "
+                f"application/json, not {content_type!r}"
+            )
+        assert runtime.registry.list() == []
+        # The same body as JSON is taken.
+        created = await client.post(
+            "/webhooks", content=webhook, headers={**token, "Content-Type": "application/json"}
+        )
+        assert created.status_code == 201, created.text
+
+    run(tmp_path, scenario, api_token=SecretStr("s3cret"))
 
 
 def test_a_resume_past_the_newest_event_is_409_not_a_silent_stall(tmp_path: Path) -> None:
