@@ -77,7 +77,8 @@ RESERVED_KAFKA_PROPERTIES = frozenset(
 _TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
 
 _HOST_PORT = re.compile(
-    r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):(\d{1,5})$"
+    # [0-9], not \d: int() reads "٩٠٩٢" as 9092, librdkafka as port 0 (it connected there)
+    r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):([0-9]{1,5})$"
 )
 
 

@@ -53,6 +53,8 @@ def webhook(url: str, **extra: str) -> dict[str, str]:
         # SQLite refused the number: pruning died, nothing logged
         ({"SIDECAR_JOURNAL_RETENTION_EVENTS": "1" + "0" * 23}, "SIDECAR_JOURNAL_RETENTION"),
         ({"SIDECAR_WEBHOOKS": "[" * 5000 + "]" * 5000}, "SIDECAR_WEBHOOKS: not valid JSON"),
+        # a port in other digits: Python's int() read 9092, librdkafka dialled port 0 for ever
+        ({"SIDECAR_BOOTSTRAP_SERVERS": "kafka:٩٠٩٢"}, "SIDECAR_BOOTSTRAP_SERVERS: 'kafka:٩٠٩٢' is"),
         # Path("") is the working directory
         ({"SIDECAR_DATA_DIR": ""}, "SIDECAR_DATA_DIR: is empty"),
         # a name the broker refuses ("Invalid topic"): every event failed, retried every
