@@ -74,7 +74,7 @@ async def events(
                 f"{given} {start} is past the newest event ({newest}): this journal was "
                 f"replaced since (its numbering restarted); start again without {given}"
             )
-    accept = request.headers.get("accept", "")
+    accept = request.headers.get("accept", "").lower()  # media types ignore case
     if "application/json" in accept and "text/event-stream" not in accept:
         history = runtime.journal.events_after(start or 0, limit)
         return JSONResponse([e.cloudevent for e in history])

@@ -434,6 +434,21 @@ def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: 
     run(tmp_path, scenario)
 
 
+def test_the_json_history_is_chosen_by_a_media_type_in_any_case(tmp_path: Path) -> None:
+    """Media types are case-insensitive (RFC 9110): ``Accept: APPLICATION/JSON`` got an
+    endless event stream instead of the history, the client hanging on it."""
+
+    async def scenario(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for accept in ("APPLICATION/JSON", "Application/Json; q=1"):
+            answer = await asyncio.wait_for(
+                client.get("/events?after=0", headers={"Accept": accept}), 10
+            )
+            assert answer.headers["content-type"] == "application/json", accept
+            assert isinstance(answer.json(), list)
+
+    run(tmp_path, scenario)
+
+
 def test_a_json_body_sent_as_another_content_type_is_a_422_that_says_so(tmp_path: Path) -> None:
     """``curl -d`` sends ``application/x-www-form-urlencoded``: FastAPI then hands the JSON
     to the model as bytes, and the 422 said only "Input should be a valid dictionary" (the
