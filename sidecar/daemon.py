@@ -105,6 +105,7 @@ class Sidecar:
         self._signals = 0
         self._listeners: list[_Listener] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._over_size = False  # the journal was over its size budget at the last prune
         self.probes = Probes(
             settings,
             lambda: self._lifecycle,
@@ -309,6 +310,25 @@ class Sidecar:
             )
             if dropped:
                 log.info("journal pruned", events=dropped)
+            if s.journal_max_bytes:
+                self._prune_to_size(s.journal_max_bytes)
+
+    def _prune_to_size(self, max_bytes: int) -> None:
+        dropped = self.journal.prune_to_size(max_bytes)
+        used = self.journal.used_bytes()
+        if dropped:
+            log.info("journal pruned to size", events=dropped, used_bytes=used, max_bytes=max_bytes)
+        over = used > max_bytes
+        if over and not self._over_size:
+            # Only events a webhook or the fleet topic has still to take are left: they
+            # are kept (the backlog alert is the one to act on), said once per episode.
+            log.warning(
+                "journal over SIDECAR_JOURNAL_MAX_BYTES: what is left is not delivered yet",
+                used_bytes=used,
+                max_bytes=max_bytes,
+                pending_events=self.journal.pending_events(),
+            )
+        self._over_size = over
 
     async def _watch_first_join(self) -> None:
         """Readiness waits for the first join; the probe alone could miss a short one."""

@@ -31,6 +31,19 @@ from sidecar.model import (
 FILE_NAME = "journal.sqlite3"
 _APPEND_ATTEMPTS = 3
 
+# Retention by size cuts to this share of the budget, not just under it: the events of
+# the next minute then fit without another cut at every prune.
+SIZE_TARGET = 0.8
+# Cuts of one size prune: each deletes the share of the rows the excess is of the used
+# bytes; a second or third one makes up for rows smaller than the average (deliveries,
+# index pages that are not freed whole).
+_SIZE_ROUNDS = 8
+# What the WAL file is cut back to once a checkpoint emptied it. Without it the file keeps
+# the size of the largest stretch between two checkpoints for ever (SQLite reuses it
+# from its start rather than shrinking it): a long reader or one large prune would leave
+# it at tens of megabytes, on a volume whose size limit counts it.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('sequence', 0);
@@ -132,6 +145,11 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            # Debian's SQLite (the image's) zeroes every freed page by default, so a prune
+            # wrote as much WAL as it dropped (a 20 MB cut: a 21 MB WAL). FAST still zeroes
+            # what is deleted inside pages kept (a deleted webhook's secret), not whole pages.
+            self._db.execute("PRAGMA secure_delete=FAST")
             for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
                 self._db.execute(statement)
             self.last_sequence()  # the first read, before anyone relies on the file
@@ -237,26 +255,81 @@ class Journal:
         """Drop old events that every active subscription, and every reader registered
         with ``keep_for``, is past; returns how many."""
         with self._transaction():
-            # Keep the high-water mark: the events below may be all there are.
-            self._db.execute(
-                "UPDATE meta SET value = (SELECT sequence FROM newest) WHERE key = 'sequence'"
-            )
-            (floor,) = self._db.execute(
-                "SELECT COALESCE(MIN(cursor), (SELECT value FROM meta WHERE key='sequence')) "
-                "FROM subscriptions WHERE disabled_reason IS NULL"
-            ).fetchone()
-            for mark in sorted(self._readers):
-                floor = min(floor, self.mark(mark))
+            floor = self._prune_floor()
             newest = self.last_sequence()
             cut = self._db.execute(
                 "DELETE FROM events WHERE sequence <= ? AND (sequence <= ? OR created_at < ?)",
                 (floor, newest - keep_events, time.time() - max_age_seconds),
             ).rowcount
-            self._db.execute(
-                "DELETE FROM deliveries WHERE sequence < (SELECT COALESCE(MIN(sequence), 0) "
-                "FROM events)"
-            )
+            self._drop_orphan_deliveries()
         return int(cut)
+
+    def prune_to_size(self, max_bytes: int) -> int:
+        """Retention by size, after :meth:`prune`: when the database uses more than
+        ``max_bytes`` (``used_bytes``: events, their indexes and the delivery log), drop
+        the oldest events every reader is past (the floor of :meth:`prune`) until it uses
+        at most ``SIZE_TARGET`` of it; returns how many. 0 or less: no limit.
+
+        An event some reader has still to take is never dropped: when those alone exceed
+        the budget, this cuts what it may and the database stays over it (the backlog is
+        what to alert on). The pages freed are reused by later appends, so the file stops
+        growing; it does not shrink (no VACUUM: it would rewrite the whole file)."""
+        if max_bytes <= 0 or self.used_bytes() <= max_bytes:
+            return 0
+        target = int(max_bytes * SIZE_TARGET)
+        cut = 0
+        with self._transaction():
+            floor = self._prune_floor()
+            for _ in range(_SIZE_ROUNDS):
+                used = self.used_bytes()
+                if used <= target:
+                    break
+                (rows,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
+                if not rows:
+                    break
+                # The excess's share of the used bytes, as a share of the rows: the
+                # average row stands for its indexes and deliveries too.
+                share = -(-rows * (used - target) // used)
+                deleted = self._db.execute(
+                    "DELETE FROM events WHERE sequence IN (SELECT sequence FROM events "
+                    "WHERE sequence <= ? ORDER BY sequence LIMIT ?)",
+                    (floor, share),
+                ).rowcount
+                self._drop_orphan_deliveries()
+                cut += deleted
+                if deleted < share:
+                    break  # the rest is not delivered yet: nothing more may go
+        return cut
+
+    def used_bytes(self) -> int:
+        """Bytes of the database file in use: its pages but the free ones (which SQLite
+        reuses before it grows the file). Counts indexes and the delivery log; not the
+        WAL."""
+        (pages,) = self._db.execute("PRAGMA page_count").fetchone()
+        (free,) = self._db.execute("PRAGMA freelist_count").fetchone()
+        (size,) = self._db.execute("PRAGMA page_size").fetchone()
+        return (int(pages) - int(free)) * int(size)
+
+    def _prune_floor(self) -> int:
+        """The newest sequence every active subscription and every ``keep_for`` reader is
+        past; in a write transaction. Keeps the high-water mark first: the events up to
+        the floor may be all there are."""
+        self._db.execute(
+            "UPDATE meta SET value = (SELECT sequence FROM newest) WHERE key = 'sequence'"
+        )
+        (floor,) = self._db.execute(
+            "SELECT COALESCE(MIN(cursor), (SELECT value FROM meta WHERE key='sequence')) "
+            "FROM subscriptions WHERE disabled_reason IS NULL"
+        ).fetchone()
+        for mark in sorted(self._readers):
+            floor = min(floor, self.mark(mark))
+        return int(floor)
+
+    def _drop_orphan_deliveries(self) -> None:
+        self._db.execute(
+            "DELETE FROM deliveries WHERE sequence < (SELECT COALESCE(MIN(sequence), 0) "
+            "FROM events)"
+        )
 
     def aged_out(self, after: int, journaled_before: float) -> tuple[int, int]:
         """The newest event after ``after`` journaled before ``journaled_before`` (epoch

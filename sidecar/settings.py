@@ -54,6 +54,7 @@ EVENT_TYPES = (
 # The longest duration a millisecond setting may name: the time and thread APIs these
 # reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
 _DAY_MS = 86_400_000
+_MIB = 1024 * 1024
 
 # librdkafka properties the sidecar reads as numbers itself (librdkafka parses a prefix:
 # it takes "45000x" as 45000, where Python's int() refuses it).
@@ -249,6 +250,18 @@ class Settings(BaseSettings):
         description="Drop delivered events older than this; the fleet producer gives up an "
         "event it could not produce for this long.",
     )
+    journal_max_bytes: int = Field(
+        default=0,
+        ge=0,
+        le=2**50,
+        description="Retention by size, after count and age: when the journal database "
+        "uses more bytes than this (events, indexes, delivery log; not the WAL, which stays "
+        "near 4 MiB), the oldest delivered events are dropped down to 80 % of it; the file "
+        "then stops growing. 0: no limit; else at least 1048576 (1 MiB). Events a webhook or "
+        "the fleet topic has not taken yet are kept even past it. Keep it well under the "
+        "volume's size (an emptyDir over its `sizeLimit` gets the pod evicted): the Helm "
+        "chart sets half of it.",
+    )
     drain_timeout_ms: int = Field(
         default=60_000,
         ge=1_000,
@@ -402,6 +415,27 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             # Path("") is the working directory: a journal where nobody looks for it.
             raise ValueError("is empty; leave it unset for the default (.rebalance-sidecar)")
+        return value
+
+    @field_validator("journal_max_bytes", mode="before")
+    @classmethod
+    def _journal_budget_in_bytes(cls, value: Any) -> Any:
+        # "128Mi" is what a Kubernetes manifest next to it says; this one takes bytes.
+        if isinstance(value, str) and not re.fullmatch(r"\s*[0-9]+\s*", value):
+            raise ValueError(
+                f"{value!r} is not a whole number of bytes (128Mi is 134217728; 0: no limit)"
+            )
+        return value
+
+    @field_validator("journal_max_bytes")
+    @classmethod
+    def _journal_budget_sane(cls, value: int) -> int:
+        # A budget of a few pages would cut every delivered event at every prune: the
+        # history API and SSE resumption would have nothing to give. 0 means no limit.
+        if 0 < value < _MIB:
+            raise ValueError(
+                f"{value} bytes is below 1 MiB ({_MIB}); give at least that, or 0 for no limit"
+            )
         return value
 
     @field_validator("kafka", mode="before")

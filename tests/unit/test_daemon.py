@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
+from structlog.testing import capture_logs
 
+from sidecar import daemon
 from sidecar.daemon import STOP_STEPS, Sidecar
 from sidecar.journal import Journal
 from sidecar.model import TopicPartition
@@ -15,6 +20,29 @@ from sidecar.probes import Lifecycle
 from sidecar.settings import Settings
 from sidecar.testkit.events import draft
 from tests.support.sidecars import free_port
+
+
+def _offline(data_dir: Path, **settings: Any) -> Settings:
+    """A sidecar with no admin listener whose broker is not there: never in a group."""
+    return Settings(
+        bootstrap_servers=f"127.0.0.1:{free_port()}",
+        group_id="g",
+        topics=("t",),
+        data_dir=data_dir,
+        api_port=0,
+        admin_port=-1,
+        **settings,
+    )
+
+
+async def _run(sidecar: Sidecar, once_ready: Callable[[Sidecar], Coroutine[Any, Any, None]]) -> int:
+    """Run ``sidecar`` until it stops; ``once_ready`` runs on the loop once it is ready."""
+    tasks: list[asyncio.Task[None]] = []
+    code = await sidecar.run(
+        ready=lambda s: tasks.append(asyncio.get_running_loop().create_task(once_ready(s)))
+    )
+    await asyncio.gather(*tasks)
+    return code
 
 
 def test_the_stop_leaves_the_group_first_and_closes_http_and_the_journal_last() -> None:
@@ -54,17 +82,9 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
             seen["admin assignment"] = (await client.get(f"{admin}/assignment")).status_code
         running.request_stop()
 
-    async def main() -> int:
-        tasks: list[asyncio.Task[None]] = []
-        code = await sidecar.run(
-            ready=lambda s: tasks.append(asyncio.get_running_loop().create_task(probe_then_stop(s)))
-        )
-        await asyncio.gather(*tasks)
-        return code
-
     before = sidecar.lifecycle
     started = time.monotonic()
-    assert asyncio.run(main()) == 0
+    assert asyncio.run(_run(sidecar, probe_then_stop)) == 0
     assert time.monotonic() - started < settings.shutdown_timeout_ms / 1000
     assert seen == {"startupz": 200, "readyz": 503, "livez": 200, "admin assignment": 404}
     assert (before, sidecar.lifecycle) == (Lifecycle.CREATED, Lifecycle.STOPPED)
@@ -77,13 +97,8 @@ def test_an_unreachable_fleet_topic_does_not_hold_the_stop_past_its_deadline(
     journal = Journal(tmp_path, durable=False)
     journal.append(draft(assignment=(TopicPartition("t", 0),)))
     journal.close()
-    settings = Settings(
-        bootstrap_servers=f"127.0.0.1:{free_port()}",
-        group_id="g",
-        topics=("t",),
-        data_dir=tmp_path,
-        api_port=0,
-        admin_port=-1,
+    settings = _offline(
+        tmp_path,
         events_topic="fleet",  # produced to a broker that is not there
         shutdown_timeout_ms=6_000,
     )
@@ -93,16 +108,10 @@ def test_an_unreachable_fleet_topic_does_not_hold_the_stop_past_its_deadline(
         await asyncio.sleep(1.0)  # let the fleet journal start its flush
         running.request_stop()
 
-    async def main() -> int:
-        tasks: list[asyncio.Task[None]] = []
-        code = await sidecar.run(
-            ready=lambda s: tasks.append(asyncio.get_running_loop().create_task(stop_soon(s)))
-        )
-        await asyncio.gather(*tasks)
-        return code
-
     started = time.monotonic()
-    assert asyncio.run(main()) == 0  # asyncio.run also waits for the flush's thread
+    assert (
+        asyncio.run(_run(sidecar, stop_soon)) == 0
+    )  # asyncio.run also waits for the flush's thread
     assert time.monotonic() - started < 1.0 + settings.shutdown_timeout_ms / 1000
 
 
@@ -125,3 +134,33 @@ def test_an_admin_listener_on_every_address_takes_ipv4_and_ipv6() -> None:
                 accepted.close()
     finally:
         listener.close()
+
+
+def test_the_daemon_prunes_the_journal_to_its_size_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIDECAR_JOURNAL_MAX_BYTES reaches the prune task: a journal of ~6 MB of delivered
+    events is cut under a 1 MiB budget, and the cut is logged as count/age pruning is."""
+    wide = [TopicPartition("orders-events", p) for p in range(48)]
+    journal = Journal(tmp_path, durable=False)
+    for _ in range(1000):
+        journal.append(draft(assignment=wide))
+    journal.close()
+    monkeypatch.setattr(daemon, "_PRUNE_EVERY_SECONDS", 0.05)
+    settings = _offline(tmp_path, journal_max_bytes=1024 * 1024)
+    sidecar = Sidecar(settings)
+    used: list[int] = []
+
+    async def wait_then_stop(running: Sidecar) -> None:
+        for _ in range(200):
+            if running.journal.used_bytes() <= settings.journal_max_bytes:
+                break
+            await asyncio.sleep(0.05)
+        used.append(running.journal.used_bytes())
+        running.request_stop()
+
+    with capture_logs() as logs:
+        assert asyncio.run(_run(sidecar, wait_then_stop)) == 0
+    assert used and used[0] <= settings.journal_max_bytes
+    pruned = [e for e in logs if e["event"] == "journal pruned to size"]
+    assert pruned and pruned[0]["events"] > 800 and pruned[0]["max_bytes"] == 1024 * 1024

@@ -245,6 +245,33 @@ def test_a_pattern_librdkafka_refuses_exits_2_with_one_line(pattern: str) -> Non
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        # a budget of a few pages would cut every delivered event at every prune
+        ("4096", "SIDECAR_JOURNAL_MAX_BYTES: 4096 bytes is below 1 MiB (1048576)"),
+        # the unit of the emptyDir's sizeLimit next to it: this one is bytes
+        ("128Mi", "SIDECAR_JOURNAL_MAX_BYTES: '128Mi' is not a whole number of bytes"),
+        ("-1", "SIDECAR_JOURNAL_MAX_BYTES: '-1' is not a whole number of bytes"),
+        ("1.5e8", "SIDECAR_JOURNAL_MAX_BYTES: '1.5e8' is not a whole number of bytes"),
+    ],
+)
+def test_a_journal_size_budget_that_is_not_bytes_exits_2_with_one_line(
+    value: str, said: str
+) -> None:
+    done = _run({**GOOD, "SIDECAR_JOURNAL_MAX_BYTES": value})
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_journal_size_budget_in_bytes_or_0_is_taken() -> None:
+    assert load_settings(GOOD).journal_max_bytes == 0  # no limit
+    assert load_settings({**GOOD, "SIDECAR_JOURNAL_MAX_BYTES": "0"}).journal_max_bytes == 0
+    taken = load_settings({**GOOD, "SIDECAR_JOURNAL_MAX_BYTES": "134217728"})
+    assert taken.journal_max_bytes == 128 * 1024 * 1024
+
+
 def test_a_posix_class_in_a_pattern_warns_nothing() -> None:
     # Python warned "Possible nested set" on stderr; librdkafka takes the pattern.
     # (a blank group id ends the start right after the settings are read)
