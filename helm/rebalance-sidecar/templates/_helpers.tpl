@@ -241,6 +241,77 @@ termination a drain starts always ends first.
 {{- end -}}
 {{- end -}}
 
+{{- /*
+A Kubernetes quantity of bytes (256Mi, 1Gi, 500M, 1.5Gi, 1e9, 268435456) in bytes,
+rounded down. Takes (dict "key" <value's name, for the error> "value" <quantity>);
+fails on anything else (m, u and n too: 256m is 0.256 bytes).
+*/ -}}
+{{- define "rebalance-sidecar.quantityBytes" -}}
+{{- $q := include "rebalance-sidecar.scalar" .value -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 "E" 1000000000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 "Ei" 1152921504606846976 -}}
+{{- $number := regexFind `^[0-9]+(\.[0-9]+)?` $q -}}
+{{- $suffix := trimPrefix $number $q -}}
+{{- $scale := 1.0 -}}
+{{- if not $number -}}
+{{- fail (printf "%s=%s is not a quantity of bytes: give a number with an optional suffix Ki, Mi, Gi, Ti, k, M, G, T (256Mi, 1Gi, 500M)" .key $q) -}}
+{{- else if hasKey $units $suffix -}}
+{{- $scale = get $units $suffix -}}
+{{- else if regexMatch `^[eE][0-9]{1,2}$` $suffix -}}
+{{- range until (int (trimPrefix "e" (lower $suffix))) -}}{{- $scale = mulf $scale 10 -}}{{- end -}}
+{{- else -}}
+{{- fail (printf "%s=%s is not a quantity of bytes: the suffix %q is not one of Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E (not m: 256m would be 0.256 bytes)" .key $q $suffix) -}}
+{{- end -}}
+{{- int64 (floor (mulf (float64 $number) $scale)) -}}
+{{- end -}}
+
+{{- /*
+SIDECAR_JOURNAL_MAX_BYTES: sidecar.journalMaxBytes when given (0: no limit), else
+half the data volume (the emptyDir's sizeLimit, or the PVC's size with StatefulSet
+persistence); empty when neither says a size. Half, because the volume also holds
+what retention by size does not bound: the WAL (4 MiB, more while a reader holds
+it), the events appended between two prunes, and the events no webhook or fleet
+producer has taken yet, which are never dropped. An emptyDir past its sizeLimit
+gets the pod evicted, journal and all (docs/kubernetes.md, "The journal's volume").
+*/ -}}
+{{- define "rebalance-sidecar.journalMaxBytes" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $s := $c.values.sidecar -}}
+{{- $key := "sidecar.dataVolume.sizeLimit" -}}
+{{- $size := $s.dataVolume.sizeLimit -}}
+{{- if include "rebalance-sidecar.persistentData" . -}}
+{{- $key = "workload.statefulSet.persistence.size" -}}
+{{- $size = $c.values.workload.statefulSet.persistence.size -}}
+{{- end -}}
+{{- $volume := 0 -}}
+{{- if not (kindIs "invalid" $size) -}}{{- if ne (toString $size) "" -}}
+{{- $volume = int64 (include "rebalance-sidecar.quantityBytes" (dict "key" $key "value" $size)) -}}
+{{- end -}}{{- end -}}
+{{- $set := $s.journalMaxBytes -}}
+{{- if not (kindIs "invalid" $set) -}}
+{{- $set = include "rebalance-sidecar.scalar" $set -}}
+{{- if not (regexMatch `^[0-9]+$` $set) -}}
+{{- fail (printf "sidecar.journalMaxBytes=%s is not a whole number of bytes (null: half the data volume; 0: no limit)" $set) -}}
+{{- end -}}
+{{- $set = int64 $set -}}
+{{- if and (gt $set 0) (lt $set 1048576) -}}
+{{- fail (printf "sidecar.journalMaxBytes=%d is below 1 MiB (1048576): give at least that, 0 for no limit, or null for half the data volume" $set) -}}
+{{- end -}}
+{{- if and (gt $volume 0) (ge $set $volume) -}}
+{{- fail (printf "sidecar.journalMaxBytes=%d is not below %s (%d bytes): the journal would fill its volume before retention cut it (an emptyDir over its sizeLimit gets the pod evicted); leave it null for half" $set $key $volume) -}}
+{{- end -}}
+{{- $set -}}
+{{- else if gt $volume 0 -}}
+{{- $half := div $volume 2 -}}
+{{- if lt $half 1048576 -}}
+{{- fail (printf "%s=%s leaves the journal less than 1 MiB (half the volume): give the volume at least 2Mi, or set sidecar.journalMaxBytes" $key (include "rebalance-sidecar.scalar" $size)) -}}
+{{- end -}}
+{{- if gt $half 1125899906842624 -}}
+{{- fail (printf "%s=%s: half of it is more than the sidecar takes (1 PiB); set sidecar.journalMaxBytes" $key (include "rebalance-sidecar.scalar" $size)) -}}
+{{- end -}}
+{{- $half -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* librdkafka property name -> SIDECAR_KAFKA_ variable ("_" -> "__", "." -> "_"). */ -}}
 {{- define "rebalance-sidecar.kafkaEnvName" -}}
 {{- printf "SIDECAR_KAFKA_%s" (. | replace "_" "__" | replace "." "_" | upper) -}}
@@ -361,6 +432,10 @@ every drain a 401 that the kubelet does not report.
 {{- end }}
 - name: SIDECAR_DATA_DIR
   value: {{ $s.dataDir | quote }}
+{{- with include "rebalance-sidecar.journalMaxBytes" . }}
+- name: SIDECAR_JOURNAL_MAX_BYTES
+  value: {{ . | quote }}
+{{- end }}
 - name: SIDECAR_BOOTSTRAP_SERVERS
   value: {{ $s.kafka.bootstrapServers | quote }}
 - name: SIDECAR_GROUP_ID
