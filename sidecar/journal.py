@@ -34,10 +34,11 @@ _APPEND_ATTEMPTS = 3
 # Retention by size cuts to this share of the budget, not just under it: the events of
 # the next minute then fit without another cut at every prune.
 SIZE_TARGET = 0.8
-# Cuts of one size prune: each deletes the share of the rows the excess is of the used
-# bytes; a second or third one makes up for rows smaller than the average (deliveries,
-# index pages that are not freed whole).
-_SIZE_ROUNDS = 8
+# At most this many bytes' worth of events per transaction of a size prune: a cut of
+# hundreds of MiB at once (the first prune under a new budget) wrote a WAL of a tenth of
+# it and held the write lock the member thread's appends wait for; in slices each commit
+# lets a checkpoint run and an append through.
+_SIZE_SLICE_BYTES = 16 * 1024 * 1024
 # What the WAL file is cut back to once a checkpoint emptied it. Without it the file keeps
 # the size of the largest stretch between two checkpoints for ever (SQLite reuses it
 # from its start rather than shrinking it): a long reader or one large prune would leave
@@ -278,27 +279,25 @@ class Journal:
             return 0
         target = int(max_bytes * SIZE_TARGET)
         cut = 0
-        with self._transaction():
-            floor = self._prune_floor()
-            for _ in range(_SIZE_ROUNDS):
+        while True:
+            with self._transaction():
                 used = self.used_bytes()
-                if used <= target:
-                    break
                 (rows,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
-                if not rows:
+                if used <= target or not rows:
                     break
                 # The excess's share of the used bytes, as a share of the rows: the
-                # average row stands for its indexes and deliveries too.
-                share = -(-rows * (used - target) // used)
+                # average row stands for its indexes and deliveries too. A slice where
+                # the rows are smaller than the average leaves some over: the next one.
+                share = -(-rows * min(used - target, _SIZE_SLICE_BYTES) // used)
                 deleted = self._db.execute(
                     "DELETE FROM events WHERE sequence IN (SELECT sequence FROM events "
                     "WHERE sequence <= ? ORDER BY sequence LIMIT ?)",
-                    (floor, share),
+                    (self._prune_floor(), share),
                 ).rowcount
                 self._drop_orphan_deliveries()
-                cut += deleted
-                if deleted < share:
-                    break  # the rest is not delivered yet: nothing more may go
+            cut += deleted
+            if deleted < share:
+                return cut  # the rest is not delivered yet: nothing more may go
         return cut
 
     def used_bytes(self) -> int:
