@@ -173,10 +173,7 @@ class Worker:
     # -- the consumer thread -----------------------------------------------------------------
 
     def _run(self) -> None:
-        try:  # connect now: the first assignment should not wait for a connection
-            self.consumer.list_topics(timeout=10)
-        except KafkaException as exc:
-            log.warning("Kafka not reachable yet: %s", exc)
+        self._connect(10.0)
         last_commit = time.monotonic()
         while not self._stop.is_set():
             self._drain_commands()
@@ -205,6 +202,19 @@ class Worker:
         self._drain_commands()
         self._flush_and_commit()
         self.records.sync()
+
+    def _connect(self, seconds: float) -> None:
+        """Connect now (the first assignment should not wait for a connection), in short
+        tries: a stop while Kafka is unreachable is not held up for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            try:
+                self.consumer.list_topics(timeout=0.5)
+                return
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    log.warning("Kafka not reachable yet: %s", exc)
+                    return
 
     def _wait_for_command(self, timeout: float) -> None:
         try:
