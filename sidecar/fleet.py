@@ -208,8 +208,11 @@ class FleetJournal:
         moved_to, given_up = cursor, list[tuple[int, str]]()
         for event in batch:
             if event.sequence not in attempt.delivered:
+                # A batch refused as too large says nothing of its events: each gets its
+                # own attempt first, however old.
+                aged = event.sequence <= last_aged and not attempt.batch_too_large
                 reason = attempt.refused.get(event.sequence) or (
-                    "older than the journal's retention" if event.sequence <= last_aged else None
+                    "older than the journal's retention" if aged else None
                 )
                 if reason is None:
                     break

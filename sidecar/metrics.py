@@ -126,8 +126,9 @@ class Metrics:
         )
         self.fleet_produced = Counter(
             f"{PREFIX}fleet_events_total",
-            "Events produced to the fleet topic, by outcome (delivered, failed: retried; gave_up: "
-            "older than the journal's retention age).",
+            "Events produced to the fleet topic, by outcome (delivered; failed: an attempt "
+            "failed, retried; gave_up: older than the journal's retention age once an attempt "
+            "failed, or never deliverable: too large for the producer or the topic on its own).",
             ["outcome"],
             registry=registry,
         )
