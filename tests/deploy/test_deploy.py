@@ -337,7 +337,9 @@ def test_drain_token_is_derived_per_release_or_set(tools: None) -> None:
     assert drain_token("--set", "sidecar.drainToken=from-my-vault") == "from-my-vault"
 
 
-def test_sidecar_env_may_not_set_again_what_the_chart_sets(tools: None, tmp_path: Path) -> None:
+def test_sidecar_env_may_not_set_again_what_the_chart_also_uses(
+    tools: None, tmp_path: Path
+) -> None:
     # The kubelet lets the last definition of a name win: the sidecar would run with the
     # sidecar.env value while the preStop header and the grace period keep the chart's
     # (a drain token from a Secret: every drain a 401 the kubelet does not report).
@@ -349,30 +351,39 @@ def test_sidecar_env_may_not_set_again_what_the_chart_sets(tools: None, tmp_path
         return helm_template(*REQUIRED, "--values", values, *args)
 
     from_secret = {"secretKeyRef": {"name": "orders-drain", "key": "token"}}
-    for refused, args in (
-        ({"name": "SIDECAR_DRAIN_TOKEN", "valueFrom": from_secret}, ()),
-        ({"name": "SIDECAR_DRAIN_TIMEOUT_MS", "value": "120000"}, ()),
-        (
-            {"name": "SIDECAR_KAFKA_SESSION_TIMEOUT_MS", "value": "6000"},
-            ("--set", "sidecar.kafka.properties.session\\.timeout\\.ms=10000"),
-        ),
+    for refused in (
+        {"name": "SIDECAR_DRAIN_TOKEN", "valueFrom": from_secret},
+        {"name": "SIDECAR_DRAIN_TIMEOUT_MS", "value": "120000"},
+        {"name": "SIDECAR_ADMIN_PORT", "value": "9000"},
+        {"name": "SIDECAR_DATA_DIR", "value": "/tmp"},
     ):
-        result = with_env(refused, args=args)
+        result = with_env(refused)
         assert result.returncode != 0, refused
-        assert f"sidecar.env sets {refused['name']}, which the chart already sets" in (
-            result.stderr
-        )
-    # Settings the chart has no value for, and ones it sets only on request, go through.
+        assert f"sidecar.env sets {refused['name']}, which the chart sets" in result.stderr
+    # What the chart sets but uses nowhere else may come from elsewhere (a review found
+    # the first version refusing these, which worked before): sidecar.env's entry
+    # replaces the chart's, one definition per name.
+    from_map = {"configMapKeyRef": {"name": "kafka-bootstrap", "key": "servers"}}
+    pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
     accepted = with_env(
         {"name": "SIDECAR_LOG_LEVEL", "value": "debug"},
+        {"name": "SIDECAR_BOOTSTRAP_SERVERS", "valueFrom": from_map},
+        {"name": "SIDECAR_ADMIN_HOST", "valueFrom": pod_ip},
         {"name": "SIDECAR_KAFKA_SESSION_TIMEOUT_MS", "value": "6000"},
+        {"name": "SIDECAR_JOURNAL_MAX_BYTES", "value": "0"},
+        args=("--set", "sidecar.kafka.properties.session\\.timeout\\.ms=10000"),
     )
     assert accepted.returncode == 0, accepted.stderr
     docs = [d for d in yaml.safe_load_all(accepted.stdout) if d and not is_test_hook(d)]
     sidecar = container(pod_spec(docs)["initContainers"], "rebalance-sidecar")
     names = [e["name"] for e in sidecar["env"]]
-    assert len(names) == len(set(names))
-    assert env_of(sidecar)["SIDECAR_LOG_LEVEL"]["value"] == "debug"
+    assert len(names) == len(set(names)), names
+    env = env_of(sidecar)
+    assert env["SIDECAR_LOG_LEVEL"]["value"] == "debug"
+    assert env["SIDECAR_BOOTSTRAP_SERVERS"]["valueFrom"] == from_map
+    assert env["SIDECAR_ADMIN_HOST"]["valueFrom"] == pod_ip
+    assert env["SIDECAR_KAFKA_SESSION_TIMEOUT_MS"]["value"] == "6000"
+    assert env["SIDECAR_JOURNAL_MAX_BYTES"]["value"] == "0"
 
 
 def test_app_ports_that_collide_with_the_sidecar_are_refused(tools: None) -> None:

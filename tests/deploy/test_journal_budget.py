@@ -113,11 +113,6 @@ def test_a_persistent_statefulset_takes_half_its_claim() -> None:
             ("--set-string", "sidecar.dataVolume.sizeLimit=1Mi"),
             "sidecar.dataVolume.sizeLimit=1Mi leaves the journal less than 1 MiB",
         ),
-        # the chart sets it: sidecar.env may not set it again
-        (
-            ("--set", f"sidecar.env[0].name={VARIABLE}", "--set-string", "sidecar.env[0].value=1"),
-            f"sidecar.env sets {VARIABLE}",
-        ),
     ],
 )
 def test_the_chart_refuses_what_it_cannot_size(args: tuple[str, ...], said: str) -> None:

@@ -387,20 +387,18 @@ same name, and networkPolicy.allowAppPorts would open the sidecar's admin port
 {{- end -}}
 {{- end -}}
 {{- /*
-A variable the chart already sets (from sidecar.drainToken, drainTimeoutMs, kafka.*,
-...) must not come again in sidecar.env: the kubelet lets the last definition win,
-so the sidecar would run with the sidecar.env value while everything the chart
-derives from its own (the preStop hook's X-Drain-Token header, the grace period,
-drainedRestartAfterMs) keeps the chart's. A drain token from a Secret, say, makes
-every drain a 401 that the kubelet does not report.
+A variable whose value the chart also uses elsewhere must not come again in
+sidecar.env: the sidecar would run with the sidecar.env value while the preStop hook's
+X-Drain-Token header, the grace period, the probes, the Services and the volume mount
+keep the chart's (a drain token from a Secret, say, makes every drain a 401 that the
+kubelet does not report). Any other variable the chart sets may be given again, with a
+valueFrom too (bootstrap servers from a ConfigMap, the admin host from status.podIP):
+it replaces the chart's entry (rebalance-sidecar.env).
 */ -}}
-{{- $managed := list -}}
-{{- range (include "rebalance-sidecar.chartEnv" . | fromYamlArray) -}}
-{{- $managed = append $managed .name -}}
-{{- end -}}
+{{- $derived := list "SIDECAR_API_HOST" "SIDECAR_API_PORT" "SIDECAR_ADMIN_PORT" "SIDECAR_DRAIN_TOKEN" "SIDECAR_DRAIN_TIMEOUT_MS" "SIDECAR_DRAINED_RESTART_AFTER_MS" "SIDECAR_REVOKE_TIMEOUT_MS" "SIDECAR_DATA_DIR" -}}
 {{- range $s.env -}}
-{{- if has .name $managed -}}
-{{- fail (printf "sidecar.env sets %s, which the chart already sets from its values (see values.yaml): the kubelet would run the sidecar with the sidecar.env value while the drain hook, the grace period and the other derived settings follow the chart's; set it through the chart's value instead (a drain token from a Secret cannot work: the preStop hook's header is in the pod spec)" .name) -}}
+{{- if has .name $derived -}}
+{{- fail (printf "sidecar.env sets %s, which the chart sets from its values and also uses elsewhere (the drain hook, the grace period, the probes, the Services or the volume): the sidecar would run with the sidecar.env value while those follow the chart's; set it through the chart's value instead (a drain token from a Secret cannot work: the preStop hook's header is in the pod spec)" .name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -484,13 +482,17 @@ every drain a 401 that the kubelet does not report.
 {{- end }}
 {{- end -}}
 
-{{- /* Environment of the sidecar container: the chart's variables, then sidecar.env. */ -}}
+{{- /* Environment of the sidecar container: the chart's variables, then sidecar.env (a
+name given there replaces the chart's entry: one definition per name). */ -}}
 {{- define "rebalance-sidecar.env" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
-{{- include "rebalance-sidecar.chartEnv" . }}
-{{- with $c.values.sidecar.env }}
-{{ toYaml . }}
-{{- end }}
+{{- $given := list -}}
+{{- range $c.values.sidecar.env }}{{ $given = append $given .name }}{{ end -}}
+{{- $env := list -}}
+{{- range (include "rebalance-sidecar.chartEnv" . | fromYamlArray) -}}
+{{- if not (has .name $given) }}{{ $env = append $env . }}{{ end -}}
+{{- end -}}
+{{- toYaml (concat $env ($c.values.sidecar.env | default list)) }}
 {{- end -}}
 
 {{- define "rebalance-sidecar.httpProbe" -}}
