@@ -132,6 +132,14 @@ def test_the_kustomize_budget_is_half_the_size_limit(where: str) -> None:
         m for m in sidecar["volumeMounts"] if m["mountPath"] == "/var/lib/rebalance-sidecar"
     )
     volume = next(v for v in spec["volumes"] if v["name"] == data["name"])
-    value = env_of(sidecar)[VARIABLE]["value"]
+    # In the ConfigMap with the other settings (a literal in the container's env would
+    # win over an overlay's configMapGenerator, silently: a review found it there).
+    assert VARIABLE not in env_of(sidecar)
+    config = next(
+        d
+        for d in yaml.safe_load_all(result.stdout)
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("rebalance-sidecar-config")
+    )
+    value = config["data"][VARIABLE]
     assert int(value) == quantity_bytes(volume["emptyDir"]["sizeLimit"]) // 2
     assert load_settings({VARIABLE: value}).journal_max_bytes == int(value)
