@@ -31,6 +31,7 @@ from sidecar.commands import Leave
 from sidecar.components import Components, build_components
 from sidecar.errors import MemberBusy, MemberGone, StartupError
 from sidecar.feed import Feed
+from sidecar.fleet import CURSOR as FLEET_CURSOR
 from sidecar.handoff import Handoff
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
@@ -301,20 +302,35 @@ class Sidecar:
             await asyncio.wait(tasks, timeout=seconds)
 
     async def _prune_forever(self) -> None:
-        s = self.settings
+        """Retention, every ``_PRUNE_EVERY_SECONDS``. A round that fails (the database
+        busy past its timeout, a full or failing disk) is logged and the next one tried:
+        a task ended by one error would stop retention for good, without a word, and the
+        journal would grow until its volume evicts the pod."""
         while True:
             await asyncio.sleep(_PRUNE_EVERY_SECONDS)
-            dropped = self.journal.prune(
-                keep_events=s.journal_retention_events,
-                max_age_seconds=s.journal_retention_hours * 3600,
-            )
-            if dropped:
-                log.info("journal pruned", events=dropped)
-            if s.journal_max_bytes:
-                self._prune_to_size(s.journal_max_bytes)
+            try:
+                await self._prune()
+            except Exception as exc:
+                log.error("journal pruning failed; trying again next round", error=repr(exc))
 
-    def _prune_to_size(self, max_bytes: int) -> None:
-        dropped = self.journal.prune_to_size(max_bytes)
+    async def _prune(self) -> None:
+        s = self.settings
+        dropped = self.journal.prune(
+            keep_events=s.journal_retention_events,
+            max_age_seconds=s.journal_retention_hours * 3600,
+        )
+        if dropped:
+            log.info("journal pruned", events=dropped)
+        if s.journal_max_bytes:
+            await self._prune_to_size(s.journal_max_bytes)
+
+    async def _prune_to_size(self, max_bytes: int) -> None:
+        dropped = 0
+        for cut in self.journal.size_cuts(max_bytes):
+            dropped += cut
+            # Between slices the loop runs: the API, the probes, webhook deliveries and
+            # the acknowledgements a revoke waits for do not wait for a large first cut.
+            await asyncio.sleep(0)
         used = self.journal.used_bytes()
         if dropped:
             log.info("journal pruned to size", events=dropped, used_bytes=used, max_bytes=max_bytes)
@@ -326,7 +342,10 @@ class Sidecar:
                 "journal over SIDECAR_JOURNAL_MAX_BYTES: what is left is not delivered yet",
                 used_bytes=used,
                 max_bytes=max_bytes,
-                pending_events=self.journal.pending_events(),
+                pending_events=self.journal.pending_events(),  # webhooks'
+                fleet_pending_events=(
+                    self.journal.events_past(FLEET_CURSOR) if self.settings.events_topic else 0
+                ),
             )
         self._over_size = over
 

@@ -266,39 +266,46 @@ class Journal:
         return int(cut)
 
     def prune_to_size(self, max_bytes: int) -> int:
-        """Retention by size, after :meth:`prune`: when the database uses more than
+        """Retention by size, after :meth:`prune`, all slices at once (:meth:`size_cuts`);
+        returns how many events it dropped."""
+        return sum(self.size_cuts(max_bytes))
+
+    def size_cuts(self, max_bytes: int) -> Iterator[int]:
+        """Retention by size, one slice of at most ``_SIZE_SLICE_BYTES`` per step (each its
+        own transaction, committed before it yields how many events it dropped): the
+        caller may let other work run between them. When the database uses more than
         ``max_bytes`` (``used_bytes``: events, their indexes and the delivery log), drop
         the oldest events every reader is past (the floor of :meth:`prune`) until it uses
-        at most ``SIZE_TARGET`` of it; returns how many. 0 or less: no limit.
+        at most ``SIZE_TARGET`` of it. 0 or less: no limit.
 
         An event some reader has still to take is never dropped: when those alone exceed
         the budget, this cuts what it may and the database stays over it (the backlog is
         what to alert on). The pages freed are reused by later appends, so the file stops
         growing; it does not shrink (no VACUUM: it would rewrite the whole file)."""
         if max_bytes <= 0 or self.used_bytes() <= max_bytes:
-            return 0
+            return
         target = int(max_bytes * SIZE_TARGET)
-        cut = 0
         while True:
             with self._transaction():
                 used = self.used_bytes()
                 (rows,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
                 if used <= target or not rows:
-                    break
+                    return
                 # The excess's share of the used bytes, as a share of the rows: the
                 # average row stands for its indexes and deliveries too. A slice where
                 # the rows are smaller than the average leaves some over: the next one.
                 share = -(-rows * min(used - target, _SIZE_SLICE_BYTES) // used)
-                deleted = self._db.execute(
-                    "DELETE FROM events WHERE sequence IN (SELECT sequence FROM events "
-                    "WHERE sequence <= ? ORDER BY sequence LIMIT ?)",
-                    (self._prune_floor(), share),
-                ).rowcount
+                deleted = int(
+                    self._db.execute(
+                        "DELETE FROM events WHERE sequence IN (SELECT sequence FROM events "
+                        "WHERE sequence <= ? ORDER BY sequence LIMIT ?)",
+                        (self._prune_floor(), share),
+                    ).rowcount
+                )
                 self._drop_orphan_deliveries()
-            cut += deleted
+            yield deleted
             if deleted < share:
-                return cut  # the rest is not delivered yet: nothing more may go
-        return cut
+                return  # the rest is not delivered yet: nothing more may go
 
     def used_bytes(self) -> int:
         """Bytes of the database file in use: its pages but the free ones (which SQLite

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sidecar import daemon
+from sidecar import daemon, journal
 from sidecar.daemon import STOP_STEPS, Sidecar
 from sidecar.journal import Journal
 from sidecar.model import TopicPartition
@@ -136,31 +137,100 @@ def test_an_admin_listener_on_every_address_takes_ipv4_and_ipv6() -> None:
         listener.close()
 
 
+def _wide_journal(data_dir: Path, events: int = 1000) -> None:
+    """About 6 kB per event (an assignment of 48 partitions), all delivered."""
+    wide = [TopicPartition("orders-events", p) for p in range(48)]
+    built = Journal(data_dir, durable=False)
+    for _ in range(events):
+        built.append(draft(assignment=wide))
+    built.close()
+
+
+def _prune_under_budget(
+    sidecar: Sidecar, budget: int, beside: Callable[[Sidecar], Coroutine[Any, Any, None]]
+) -> int:
+    """Run ``sidecar`` until its journal is under ``budget``, with ``beside`` running on
+    the loop meanwhile; returns the used bytes then."""
+    used: list[int] = []
+
+    async def wait_then_stop(running: Sidecar) -> None:
+        watcher = asyncio.get_running_loop().create_task(beside(running))
+        for _ in range(200):
+            if running.journal.used_bytes() <= budget:
+                break
+            await asyncio.sleep(0.05)
+        used.append(running.journal.used_bytes())
+        watcher.cancel()
+        running.request_stop()
+
+    assert asyncio.run(_run(sidecar, wait_then_stop)) == 0
+    return used[0]
+
+
+async def _nothing(running: Sidecar) -> None:
+    return None
+
+
 def test_the_daemon_prunes_the_journal_to_its_size_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIDECAR_JOURNAL_MAX_BYTES reaches the prune task: a journal of ~6 MB of delivered
     events is cut under a 1 MiB budget, and the cut is logged as count/age pruning is."""
-    wide = [TopicPartition("orders-events", p) for p in range(48)]
-    journal = Journal(tmp_path, durable=False)
-    for _ in range(1000):
-        journal.append(draft(assignment=wide))
-    journal.close()
+    _wide_journal(tmp_path)
     monkeypatch.setattr(daemon, "_PRUNE_EVERY_SECONDS", 0.05)
     settings = _offline(tmp_path, journal_max_bytes=1024 * 1024)
-    sidecar = Sidecar(settings)
-    used: list[int] = []
-
-    async def wait_then_stop(running: Sidecar) -> None:
-        for _ in range(200):
-            if running.journal.used_bytes() <= settings.journal_max_bytes:
-                break
-            await asyncio.sleep(0.05)
-        used.append(running.journal.used_bytes())
-        running.request_stop()
-
     with capture_logs() as logs:
-        assert asyncio.run(_run(sidecar, wait_then_stop)) == 0
-    assert used and used[0] <= settings.journal_max_bytes
+        used = _prune_under_budget(Sidecar(settings), 1024 * 1024, _nothing)
+    assert used <= settings.journal_max_bytes
     pruned = [e for e in logs if e["event"] == "journal pruned to size"]
     assert pruned and pruned[0]["events"] > 800 and pruned[0]["max_bytes"] == 1024 * 1024
+
+
+def test_a_failed_prune_round_does_not_end_retention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One error in a round (the database busy past its timeout, a disk error) ended the
+    prune task for good without a word (a review found it): retention stopped and the
+    journal grew until its volume's limit evicted the pod. The next round now prunes."""
+    _wide_journal(tmp_path)
+    monkeypatch.setattr(daemon, "_PRUNE_EVERY_SECONDS", 0.05)
+    settings = _offline(tmp_path, journal_max_bytes=1024 * 1024)
+    prune = Journal.prune
+    calls = 0
+
+    def busy_once(self: Journal, *, keep_events: int, max_age_seconds: float) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return prune(self, keep_events=keep_events, max_age_seconds=max_age_seconds)
+
+    monkeypatch.setattr(Journal, "prune", busy_once)
+    with capture_logs() as logs:
+        used = _prune_under_budget(Sidecar(settings), 1024 * 1024, _nothing)
+    assert used <= settings.journal_max_bytes
+    failed = [e for e in logs if e["event"] == "journal pruning failed; trying again next round"]
+    assert len(failed) == 1 and "database is locked" in failed[0]["error"], logs
+
+
+def test_the_loop_runs_between_the_slices_of_a_size_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large first cut ran on the loop in one go (a review found it: 1 s for 300 MiB)
+    while the API, the probes and the acknowledgements a revoke waits for stood still.
+    Between its slices the loop now runs: a coroutine beside it sees the journal part cut."""
+    _wide_journal(tmp_path)
+    monkeypatch.setattr(daemon, "_PRUNE_EVERY_SECONDS", 0.05)
+    monkeypatch.setattr(journal, "_SIZE_SLICE_BYTES", 256 * 1024)  # ~20 slices of 6 MB
+    budget = 1024 * 1024
+    seen: list[int] = []
+
+    async def watch(running: Sidecar) -> None:
+        while True:
+            seen.append(running.journal.used_bytes())
+            await asyncio.sleep(0)
+
+    sidecar = Sidecar(_offline(tmp_path, journal_max_bytes=budget))
+    assert _prune_under_budget(sidecar, budget, watch) <= budget
+    partly = [b for b in seen if budget < b < max(seen)]
+    assert partly, f"the loop ran only before and after the cut: {sorted(set(seen))}"
