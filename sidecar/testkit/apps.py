@@ -20,10 +20,17 @@ def app_with_sidecar(
     mode: str = "blocking",
     **options: Any,
 ) -> Iterator[tuple[Receiver, Sidecar]]:
-    """Yield a running receiver and a stable sidecar with it as its one webhook."""
+    """Yield a running receiver and a stable sidecar with it as its one webhook.
+
+    The sidecar stops first, while its subscriber still answers, as an application's
+    sidecar does: stopped after it, the sidecar's last revoke waited out its whole revoke
+    timeout on a subscriber that was gone (about 10 s of every such test's teardown)."""
     secret = new_secret()
     with running(secret, responder) as app:
         webhooks = [{"url": app.url, "secret": secret, "mode": mode}]
         sidecar = sidecar_factory(group, topic, webhooks=webhooks, **options)
-        sidecar.wait_stable()
-        yield app, sidecar
+        try:
+            sidecar.wait_stable()
+            yield app, sidecar
+        finally:
+            sidecar.stop()

@@ -293,6 +293,7 @@ def test_a_commit_in_flight_when_a_revoke_barrier_opens_is_answered_at_once(
         metrics = sidecar.client.get("/metrics").text
         assert 'rebalance_sidecar_commits_total{outcome="unknown",source="api"} 1.0' in metrics
         assert 'rebalance_sidecar_commits_total{outcome="committed",source="api"} 1.0' in metrics
+        sidecar.stop()  # while its app answers: after, its last revoke waits out 20 s
 
 
 def test_liveness_holds_while_a_revoke_commit_waits_for_kafka(

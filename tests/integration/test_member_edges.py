@@ -83,8 +83,9 @@ def test_a_revoke_handler_commits_through_the_sidecar_then_answers(
         wait_until(lambda: answers != [], 30, "the revoke handler committed")
         webhook = sidecar.client.get("/webhooks").json()[0]["id"]
         log = sidecar.client.get(f"/webhooks/{webhook}/deliveries").json()
+        enforced_answers = list(answers)  # the sidecar's stop revokes (and commits) again
 
-    assert answers == [200]
+    assert enforced_answers == [200]
     assert committed(kafka_bootstrap, group_id, topic, PARTITIONS) == {
         p: 70 + p for p in range(PARTITIONS)
     }

@@ -79,14 +79,25 @@ def test_every_delivery_verifies_and_a_wrong_secret_is_rejected(
         assert {d["outcome"] for d in log} >= {"failed", "gave_up"}
 
 
+def _stop_before_their_subscribers(sidecars: list[Sidecar], receivers: list[Receiver]) -> None:
+    """Stop the sidecars while their subscribers still answer, as an application's sidecar
+    stops: after them, each one's last revoke waited out its whole revoke timeout on a
+    subscriber that was gone (10-25 s of the test's teardown)."""
+    for sidecar in sidecars:
+        sidecar.stop()
+    for receiver in receivers:
+        receiver.stop()
+
+
 def test_ordered_without_gaps_and_the_eager_barrier_holds_group_wide(
     sidecar_factory: Callable[..., Sidecar], topic_factory: Callable[[int], str], group_id: str
 ) -> None:
     topic = topic_factory(12)
     secrets = [new_secret() for _ in range(3)]
     receivers = [Receiver(s, slow_revoke(0.2)).start() for s in secrets]
+    sidecars: list[Sidecar] = []
     try:
-        sidecars = [
+        sidecars.extend(
             sidecar_factory(
                 group_id,
                 topic,
@@ -94,7 +105,7 @@ def test_ordered_without_gaps_and_the_eager_barrier_holds_group_wide(
                 webhooks=[{"url": r.url, "secret": s, "mode": "blocking", "events": ALL_TYPES}],
             )
             for r, s in zip(receivers, secrets, strict=True)
-        ]
+        )
         wait_until(lambda: covers(sidecars, topic, 12), 60, "all partitions covered")
         rebalances = 20
         for i in range(rebalances):
@@ -128,8 +139,7 @@ def test_ordered_without_gaps_and_the_eager_barrier_holds_group_wide(
                         f"of generation {r.generation} was acknowledged"
                     )
     finally:
-        for receiver in receivers:
-            receiver.stop()
+        _stop_before_their_subscribers(sidecars, receivers)
 
 
 def test_cooperative_barrier_no_partition_assigned_before_its_owner_acknowledged(
@@ -138,8 +148,8 @@ def test_cooperative_barrier_no_partition_assigned_before_its_owner_acknowledged
     topic = topic_factory(12)
     secrets = [new_secret() for _ in range(3)]
     receivers = [Receiver(s, slow_revoke(0.3)).start() for s in secrets]
+    sidecars: list[Sidecar] = []
     try:
-        sidecars: list[Sidecar] = []
         for r, s in zip(receivers, secrets, strict=True):  # each join moves partitions
             sidecars.append(
                 sidecar_factory(
@@ -166,8 +176,7 @@ def test_cooperative_barrier_no_partition_assigned_before_its_owner_acknowledged
                     assert revoke.answered_at <= assign.received_at, shared
         assert moved >= 2  # partitions really changed hands
     finally:
-        for receiver in receivers:
-            receiver.stop()
+        _stop_before_their_subscribers(sidecars, receivers)
 
 
 def test_offsets_handed_back_on_revoke_are_committed(
@@ -236,6 +245,7 @@ def test_only_the_subscriber_that_handed_back_offsets_is_logged_as_committing_th
         wait_until(lambda: "delivered" in outcomes("audit"), 30, "the audit's deliveries")
         assert "offsets_committed" in outcomes("app")
         assert "offsets_committed" not in outcomes("audit")
+        sidecar.stop()  # while its subscribers answer (see _stop_before_their_subscribers)
 
 
 def test_foreign_offsets_in_a_revoke_answer_are_rejected_not_committed(
