@@ -1,9 +1,10 @@
 """A bare confluent-kafka group member: what an application would run in process.
 
 Same settings as the sidecar's consumer (auto-commit off, the same group timeouts and
-strategy) and the same poll loop as ``GroupMember._session``: ``poll(0.1)``, commands
-between polls, and the member id / group metadata read every 0.5 s. That last read
-matters for timing: it wakes librdkafka's main thread, which is where heartbeats are
+strategy) and the same poll loop as ``GroupMember._session``: ``poll()`` (0.1 s in the
+rebalance sections; the sidecar's own poll timeout for the idle floor of the footprint
+section), commands between polls, and the member id / group metadata read every 0.5 s.
+That last read matters for timing: it wakes librdkafka's main thread, which is where heartbeats are
 sent (on an idle, paused consumer that thread otherwise sleeps up to 1 s, so the member
 notices a rebalance later). The callbacks do what the sidecar's do minus the sidecar's
 work: assign and pause (the sidecar holds membership without fetching), nothing else.
@@ -51,7 +52,9 @@ class BareMember:
         topic: str,
         cooperative: bool,
         report: Callable[[dict[str, Any]], None] | None = None,
+        poll_seconds: float = 0.1,
     ) -> None:
+        self.poll_seconds = poll_seconds
         self.config = {
             **config,
             "enable.auto.commit": False,
@@ -113,7 +116,7 @@ class BareMember:
                         self._rejoin(consumer)
                 except queue.Empty:
                     pass
-                consumer.poll(0.1)
+                consumer.poll(self.poll_seconds)
         finally:
             consumer.close()
 
@@ -151,7 +154,9 @@ class BareProcess:
     forces a rebalance, closing stdin stops it.
     """
 
-    def __init__(self, config: dict[str, Any], topic: str, cooperative: bool) -> None:
+    def __init__(
+        self, config: dict[str, Any], topic: str, cooperative: bool, poll_seconds: float = 0.1
+    ) -> None:
         self.assigned: list[Assigned] = []
         self.triggered: list[float] = []
         self._lock = threading.Lock()
@@ -163,6 +168,7 @@ class BareProcess:
                 json.dumps(config),
                 topic,
                 "cooperative" if cooperative else "eager",
+                str(poll_seconds),
             ],
             cwd=REPO,
             stdin=subprocess.PIPE,
@@ -210,13 +216,14 @@ class BareProcess:
 
 def main() -> None:
     config, topic, protocol = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    poll_seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.1
     lock = threading.Lock()
 
     def report(found: dict[str, Any]) -> None:
         with lock:
             print(json.dumps(found), flush=True)
 
-    member = BareMember(config, topic, protocol == "cooperative", report).start()
+    member = BareMember(config, topic, protocol == "cooperative", report, poll_seconds).start()
     for line in sys.stdin:
         if line.strip() == "rejoin":
             member.rejoin()

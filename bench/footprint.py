@@ -10,7 +10,9 @@ same settings, is measured in the same run and subtracted; so is the time of a b
 ``python -c "import sidecar.daemon"``, for reference. Then, with the last sidecar
 started: RSS (sampled every 0.25 s, the largest; and USS at the end) and CPU (user +
 system over the window, % of one core) while idle in the stable group, and while the
-HTTP load generator keeps 10 connections busy on ``GET /assignment``.
+HTTP load generator keeps 10 connections busy on ``GET /assignment``. The idle figure's
+floor is measured in the same run: a bare confluent-kafka consumer with the sidecar's
+group settings and poll timeout, idle in a group of its own on the same topic.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import threading
 import time
 import uuid
 
-from bench.bare import BareMember
+from bench.bare import BareMember, BareProcess
 from bench.common import (
     REPO,
     Context,
@@ -36,14 +38,17 @@ from bench.common import (
     ratio,
 )
 from bench.loads import Load, run_load
-from bench.processes import Usage, mb, observe, shipped_sidecar, start_timed, stop
+from bench.processes import SHIPPED, Usage, mb, observe, shipped_sidecar, start_timed, stop
 from bench.receiver import ReceiverProcess
+from sidecar.settings import Settings
 from sidecar.subscriptions import new_secret
 from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar
 
 PARTITIONS = 24
 LOAD_CONNECTIONS = 10
+# The sidecar's default poll timeout: how often its member thread wakes when idle.
+POLL_MS: int = Settings.model_fields["poll_timeout_ms"].default
 
 
 def bare_join(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
@@ -102,6 +107,7 @@ def run(ctx: Context) -> SectionResult:
         pid = sidecar.process.pid
         time.sleep(2.0)  # let the start-up settle (first statistics, webhook delivered)
         idle = observe(pid, 2 * ctx.sizes.window)
+        bare_idle = _bare_idle(ctx, topic)
         commands = _command_latencies(sidecar, topic, ctx.sizes.idle_commands)
         loads: list[Load] = []
         url = f"http://127.0.0.1:{sidecar.port}/assignment"
@@ -122,6 +128,10 @@ def run(ctx: Context) -> SectionResult:
     ctx.say(f"  {'start → HTTP ready':<44} {ms(median(http_ready)):>12}")
     ctx.say(compare("start → first assignment", ms(a), ms(j), ratio(a, j), ms(a - j)))
     ctx.say(f"  idle: RSS {mb(idle.rss_max)}, USS {mb(idle.uss_end)}, CPU {idle.cpu_percent:.2f} %")
+    ctx.say(
+        f"  bare consumer idle (poll {POLL_MS} ms): RSS {mb(bare_idle.rss_max)}, "
+        f"CPU {bare_idle.cpu_percent:.2f} %"
+    )
     command_p50, command_p99 = percentile(commands, 50), percentile(commands, 99)
     ctx.say(f"  POST /commit when idle: p50 {ms(command_p50)}, p99 {ms(command_p99)}")
     ctx.say(
@@ -151,6 +161,12 @@ def run(ctx: Context) -> SectionResult:
             [
                 _usage("idle, stable group", idle, 2 * ctx.sizes.window),
                 _usage(
+                    f"bare confluent-kafka consumer, same group settings, poll {POLL_MS} ms, "
+                    "idle (its own group, same topic)",
+                    bare_idle,
+                    2 * ctx.sizes.window,
+                ),
+                _usage(
                     f"GET /assignment load ({LOAD_CONNECTIONS} connections, "
                     f"{loads[0].requests_per_second:,.0f} req/s)",
                     loaded,
@@ -170,6 +186,14 @@ def run(ctx: Context) -> SectionResult:
         ),
     ]
     result.notes.append(
+        f"Idle CPU against its floor: a bare confluent-kafka consumer (bench/bare.py) with the "
+        f"sidecar's group settings, polling every {POLL_MS} ms as the sidecar's member thread "
+        f"does, idle in a group of its own on the same topic in this run, used "
+        f"{bare_idle.cpu_percent:.2f} % of a core; the sidecar {idle.cpu_percent:.2f} % "
+        f"(HTTP server, event loop, statistics, journal), "
+        f"{idle.cpu_percent - bare_idle.cpu_percent:+.2f} points over it."
+    )
+    result.notes.append(
         f"Commands when idle: {len(commands)} `POST /commit` of one owned partition at random "
         f"moments (the wait for the poll loop, the commit's broker round trip and HTTP): "
         f"p50 {ms(command_p50)}, p99 {ms(command_p99)}."
@@ -180,11 +204,33 @@ def run(ctx: Context) -> SectionResult:
         "bare_join": joins,
         "imports": imports,
         "idle": idle.__dict__,
+        "bare_idle": bare_idle.__dict__,
         "commands": commands,
         "loaded": loaded.__dict__,
         "load": loads[0].__dict__,
     }
     return result
+
+
+def _bare_idle(ctx: Context, topic: str) -> Usage:
+    """CPU and memory of a bare consumer idle in a stable group: the floor of an idle
+    sidecar. The sidecar's group settings (``SHIPPED``), its poll timeout, a group of its
+    own on the same topic, in a process of its own."""
+    config = {"bootstrap.servers": ctx.bootstrap, "group.id": unique("bench-idle-bare")}
+    for key, value in SHIPPED.items():
+        if key.startswith("SIDECAR_KAFKA_"):
+            config[key.removeprefix("SIDECAR_KAFKA_").lower().replace("_", ".")] = value
+    member = BareProcess(config, topic, cooperative=False, poll_seconds=POLL_MS / 1000).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not member.history():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the bare consumer was not assigned in time")
+            time.sleep(0.1)
+        time.sleep(2.0)  # settle, as for the sidecar
+        return observe(member.process.pid, 2 * ctx.sizes.window)
+    finally:
+        member.stop()
 
 
 def _command_latencies(sidecar: Sidecar, topic: str, count: int) -> list[float]:
