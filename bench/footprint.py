@@ -12,7 +12,8 @@ started: RSS (sampled every 0.25 s, the largest; and USS at the end) and CPU (us
 system over the window, % of one core) while idle in the stable group, and while the
 HTTP load generator keeps 10 connections busy on ``GET /assignment``. The idle figure's
 floor is measured in the same run: a bare confluent-kafka consumer with the sidecar's
-group settings and poll timeout, idle in a group of its own on the same topic.
+group settings and its idle poll timeout (190 ms: commands wake the sidecar's poll), idle
+in a group of its own on the same topic.
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ from bench.common import (
 from bench.loads import Load, run_load
 from bench.processes import SHIPPED, Usage, mb, observe, shipped_sidecar, start_timed, stop
 from bench.receiver import ReceiverProcess
-from sidecar.settings import Settings
+from sidecar.member import WOKEN_POLL_SECONDS
 from sidecar.subscriptions import new_secret
 from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar
 
 PARTITIONS = 24
 LOAD_CONNECTIONS = 10
-# The sidecar's default poll timeout: how often its member thread wakes when idle.
-POLL_MS: int = Settings.model_fields["poll_timeout_ms"].default
+# How often the sidecar's member thread wakes when idle: its poll timeout while commands
+# wake the poll (the default; sidecar.wakeup).
+POLL_MS: int = round(WOKEN_POLL_SECONDS * 1000)
 
 
 def bare_join(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
@@ -188,14 +190,15 @@ def run(ctx: Context) -> SectionResult:
     result.notes.append(
         f"Idle CPU against its floor: a bare confluent-kafka consumer (bench/bare.py) with the "
         f"sidecar's group settings, polling every {POLL_MS} ms as the sidecar's member thread "
-        f"does, idle in a group of its own on the same topic in this run, used "
+        "does when idle (commands wake its poll: `SIDECAR_POLL_WAKEUP`), idle in a group of "
+        "its own on the same topic in this run, used "
         f"{bare_idle.cpu_percent:.2f} % of a core; the sidecar {idle.cpu_percent:.2f} % "
         f"(HTTP server, event loop, statistics, journal), "
         f"{idle.cpu_percent - bare_idle.cpu_percent:+.2f} points over it."
     )
     result.notes.append(
         f"Commands when idle: {len(commands)} `POST /commit` of one owned partition at random "
-        f"moments (the wait for the poll loop, the commit's broker round trip and HTTP): "
+        f"moments (the poll loop woken, the commit's broker round trip and HTTP): "
         f"p50 {ms(command_p50)}, p99 {ms(command_p99)}."
     )
     result.raw = {

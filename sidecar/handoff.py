@@ -8,7 +8,9 @@ Everything crossing the boundary goes through a ``Handoff``:
   ``concurrent.futures.Future`` bounded by the revoke timeout (the in-process listener's
   semantics: the group does not move on until the application handled the revocation);
 * loop -> consumer thread: commands (``submit``) on a queue that the poll loop drains
-  between ``poll()`` calls (``take_commands``); the caller awaits a future.
+  between ``poll()`` calls (``take_commands``); the caller awaits a future. Each command
+  wakes the thread out of its ``poll()`` when the consumer can be woken
+  (``sidecar.wakeup``, installed by the thread with ``wake_with``).
 
 No other module calls ``call_soon_threadsafe``, creates a thread-crossing future, or
 touches the other side's objects. The thread-side methods never block on the loop except
@@ -29,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from sidecar.errors import MemberBusy as MemberBusy  # re-exported: the old home
 from sidecar.errors import MemberGone as MemberGone
 from sidecar.model import Assignment, Event, PartitionOffset
+from sidecar.wakeup import NO_WAKEUPS, PollWaker
 
 T = TypeVar("T")
 
@@ -91,6 +94,7 @@ class Handoff:
     def __init__(self, loop: asyncio.AbstractEventLoop, initial: Assignment) -> None:
         self._loop = loop
         self._commands: queue.SimpleQueue[PendingCommand] = queue.SimpleQueue()
+        self._waker: PollWaker = NO_WAKEUPS
         self._held: list[PendingCommand] = []  # consumer thread only: not runnable yet
         self._closed = False
         self._side: LoopSide | None = None
@@ -196,6 +200,11 @@ class Handoff:
                 pending.append(taken)
         return pending
 
+    def wake_with(self, waker: PollWaker) -> None:
+        """What wakes the consumer thread's ``poll()`` for a command (``NO_WAKEUPS``: it
+        cannot be woken; it takes commands when its poll times out)."""
+        self._waker = waker
+
     def close(self) -> None:
         """The consumer thread is done: fail whatever is still queued or held back."""
         self._closed = True
@@ -231,6 +240,7 @@ class Handoff:
             raise MemberGone("the group member has stopped")
         pending = PendingCommand(command)
         self._commands.put(pending)
+        self._waker.wake()
         if self._closed:
             self._fail_queued()
         answer = asyncio.wrap_future(pending.future)

@@ -51,6 +51,7 @@ from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import EventType, MemberState
 from sidecar.settings import Settings
+from sidecar.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 
 __all__ = ["JOURNAL_FAILED_EXIT", "GroupMember", "JournalFailed", "generation_of"]
 
@@ -58,6 +59,10 @@ log = structlog.get_logger("sidecar.member")
 
 _FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
+# The poll timeout when commands wake the poll (sidecar.wakeup): how often the loop's own
+# checks run (commit deadlines, session, identity). Under 0.2 s: confluent-kafka splits
+# longer polls into 200 ms chunks and a wake-up would end only the current chunk.
+WOKEN_POLL_SECONDS = 0.19
 # While Kafka looks unreachable, ask it for metadata this often to notice it is back.
 _CONTACT_PROBE_SECONDS = 5.0
 # A subscription that could not be restored is tried again after this long.
@@ -102,6 +107,7 @@ class GroupMember:
         self.last_tick = time.monotonic()  # read by the liveness probe
         # Everything below is touched by the member thread only.
         self._consumer: Consumer | None = None
+        self._waker: PollWaker = NO_WAKEUPS  # wakes the consumer's poll() for commands
         self._journal: Journal | None = None
         self._core = Membership(
             GroupIdentity(
@@ -194,6 +200,9 @@ class GroupMember:
             )
         )
         self._consumer = consumer
+        waker = poll_waker(consumer) if self._settings.poll_wakeup else None
+        self._waker = waker or NO_WAKEUPS
+        self._handoff.wake_with(self._waker)
         self._closing = False
         self._rejoining = False
         self._restore_subscription_at = 0.0
@@ -202,7 +211,9 @@ class GroupMember:
         self._publish()
         try:
             self._subscribe()
-            timeout = self._settings.poll_timeout_ms / 1000
+            timeout = (
+                WOKEN_POLL_SECONDS if waker is not None else self._settings.poll_timeout_ms / 1000
+            )
             next_identity_check = 0.0
             while not self._leaving.is_set() and self._link.fatal is None and not self._recreate:
                 self.last_tick = now = time.monotonic()
@@ -264,6 +275,11 @@ class GroupMember:
         if consumer is None:
             return
         self._log.info("leaving the group", reason=reason)
+        # Before close(): it forwards the queue a wake-up yields to its own, and a yield
+        # would cut the close short.
+        self._handoff.wake_with(NO_WAKEUPS)
+        self._waker.close()
+        self._waker = NO_WAKEUPS
         self._core.leaving(reason)
         self._closing = True
         if self._rejoining:

@@ -288,9 +288,18 @@ class Settings(BaseSettings):
         default=20,
         ge=10,
         le=1_000,
-        description="`poll()` timeout; also the latency bound for commands (enforce, commit). "
-        "At 20 ms an idle sidecar used 0.25-0.40 % of a core on the 2-core bench machine, "
-        "with `POST /commit` p99 ~25 ms (docs/benchmarks.md, finding 7).",
+        description="`poll()` timeout when the poll cannot be woken (see `SIDECAR_POLL_WAKEUP`); "
+        "then also the latency bound for commands (enforce, commit, drain). At 20 ms an idle "
+        "sidecar used 0.25-1.3 % of a core on the 2-core bench machine (docs/benchmarks.md, "
+        "finding 7).",
+    )
+    poll_wakeup: bool = Field(
+        default=True,
+        description="Wake the member thread's `poll()` when a command arrives "
+        "(`rd_kafka_queue_yield` on the consumer's queue, reached through ctypes; checked "
+        "against the loaded librdkafka at start, else off): commands run at once and an idle "
+        "sidecar polls every 190 ms instead of every `SIDECAR_POLL_TIMEOUT_MS`. `false`: "
+        "plain polling.",
     )
     group_session_timeout_ms: int = Field(
         default=45_000,

@@ -40,6 +40,7 @@ from sidecar.model import (
 from sidecar.settings_sources import load_settings
 from tests.support.apps import app_with_sidecar
 from tests.support.kafka import committed
+from tests.support.members import member_settings
 from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -284,17 +285,6 @@ def _stable_after(generation: int) -> Callable[[Assignment], bool]:
     return lambda a: a.generation_id > generation and a.state is MemberState.STABLE
 
 
-def _edge_settings(kafka_bootstrap: str, group_id: str, topic: str, data: Path) -> dict[str, str]:
-    return {
-        "SIDECAR_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "SIDECAR_GROUP_ID": group_id,
-        "SIDECAR_TOPICS": topic,
-        "SIDECAR_DATA_DIR": str(data),
-        "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000",
-        "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
-    }
-
-
 def test_a_journal_that_fails_on_an_enforce_stops_the_member_and_refuses_the_command(
     topic_factory: Callable[[int], str], group_id: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -304,7 +294,7 @@ def test_a_journal_that_fails_on_an_enforce_stops_the_member_and_refuses_the_com
     the fail stop (which exits the process); a second enforce sent with it is refused
     the same way, not "joined" to a rebalance that will never come, and while the process
     is about to exit the API no longer says the member owns anything."""
-    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    env = member_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
     answers = _member_answering(
         env,
         EnforceRebalance("test"),
@@ -334,7 +324,7 @@ def test_a_command_kafka_refuses_is_a_domain_error(
     """librdkafka refuses the rejoin (unsubscribe() raises): the caller is told Kafka
     refused it (503, retry), the member runs on, no request is journaled for a rebalance
     that never started, and a retry tries again (it does not "join" that one)."""
-    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    env = member_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
     answers = _member_answering(
         env, EnforceRebalance("test"), times=2, consumer_factory=UnsubscribeRefused
     )
@@ -409,7 +399,7 @@ def test_an_enforce_whose_resubscribe_fails_is_completed_at_the_next_turn(
     did not. The rejoin is under way, so the enforce started; the member subscribes again
     at its next turn, and once a second while that keeps failing, and ends up in the
     group, in a higher generation (it stayed unsubscribed for good before)."""
-    env = _edge_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
+    env = member_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
     consumers: list[SubscribeRefused] = []
 
     def refusing(config: dict[str, Any]) -> SubscribeRefused:
@@ -460,7 +450,7 @@ def test_a_kip848_enforce_whose_restore_fails_is_restored_later(
     env = {  # the broker owns KIP-848's session and heartbeat settings
         **{
             k: v
-            for k, v in _edge_settings(kafka_bootstrap, group_id, topic, tmp_path).items()
+            for k, v in member_settings(kafka_bootstrap, group_id, topic, tmp_path).items()
             if "SESSION" not in k and "HEARTBEAT" not in k
         },
         "SIDECAR_GROUP_PROTOCOL": "consumer",
@@ -510,7 +500,7 @@ def test_an_assignment_starts_at_the_committed_offsets_and_fetches_no_record(
     finally:
         setup.close()
     env = {
-        **_edge_settings(kafka_bootstrap, group_id, topic, tmp_path),
+        **member_settings(kafka_bootstrap, group_id, topic, tmp_path),
         "SIDECAR_STATISTICS_INTERVAL_MS": "200",
     }
     sources = StateSources(pending_events=lambda: 0)
@@ -654,7 +644,7 @@ def test_commits_of_one_partition_are_sent_one_at_a_time_and_each_is_answered(
     (an older commit that librdkafka retries can never land after a newer one); the
     newest is what stays committed."""
     topic = topic_factory(PARTITIONS)
-    env = _edge_settings(kafka_bootstrap, group_id, topic, tmp_path)
+    env = member_settings(kafka_bootstrap, group_id, topic, tmp_path)
     consumers: list[CommitsWatched] = []
 
     def watched(config: dict[str, Any]) -> CommitsWatched:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
@@ -51,3 +52,15 @@ def plain_consumers() -> Iterator[list[PlainConsumer]]:
         consumer.leave.set()
     for consumer in started:
         consumer.join(30)
+
+
+def member_settings(kafka_bootstrap: str, group_id: str, topic: str, data: Path) -> dict[str, str]:
+    """The environment of a sidecar member that notices a lost peer within seconds."""
+    return {
+        "SIDECAR_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SIDECAR_GROUP_ID": group_id,
+        "SIDECAR_TOPICS": topic,
+        "SIDECAR_DATA_DIR": str(data),
+        "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+    }

@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
 from sidecar.model import Assignment, Event, EventType, MemberState, PartitionOffset
+from sidecar.wakeup import NO_WAKEUPS, poll_waker
 
 
 @dataclass(frozen=True)
@@ -294,3 +295,42 @@ def test_a_command_taken_but_unfinished_at_the_deadline_times_out_and_runs_on() 
         await asyncio.to_thread(thread.join, 5)
 
     asyncio.run(main())
+
+
+class Woken:
+    def __init__(self, name: str, woken: list[str]) -> None:
+        self.name, self.woken = name, woken
+
+    def wake(self) -> None:
+        self.woken.append(self.name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_every_command_wakes_the_installed_waker_and_no_other() -> None:
+    """Each command submitted wakes the member thread's poll through the waker it
+    installed; once it installed another (``NO_WAKEUPS`` before its consumer closes),
+    the old one is not woken again."""
+    woken: list[str] = []
+
+    async def main() -> None:
+        handoff = Handoff(asyncio.get_running_loop(), initial())
+        stop = threading.Event()
+        thread = member_thread(handoff, stop)
+        handoff.wake_with(Woken("first", woken))
+        for _ in range(3):
+            await handoff.submit(WhoRunsMe(), timeout=5)
+        handoff.wake_with(NO_WAKEUPS)
+        await handoff.submit(WhoRunsMe(), timeout=5)
+        handoff.wake_with(Woken("second", woken))
+        await handoff.submit(WhoRunsMe(), timeout=5)
+        stop.set()
+        await asyncio.to_thread(thread.join, 5)
+
+    asyncio.run(main())
+    assert woken == ["first", "first", "first", "second"]
+
+
+def test_what_is_not_a_consumer_of_this_library_is_not_woken() -> None:
+    assert poll_waker(object()) is None
