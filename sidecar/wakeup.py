@@ -92,21 +92,27 @@ class QueueYield:
 def poll_waker(consumer: Any) -> PollWaker | None:
     """A waker for ``consumer`` (called on the member thread, right after creating it),
     or None with the reason logged when this consumer cannot be woken."""
-    reason = _unwakeable(consumer)
-    if reason is not None:
+    try:
+        reason, queue = _consumer_queue(consumer)
+    except (OSError, AttributeError, ValueError, TypeError) as exc:  # a library unlike ours
+        reason, queue = f"{type(exc).__name__}: {exc}", None
+    if queue is None:
         log.info("poll wake-ups unavailable; commands wait for the poll timeout", reason=reason)
         return None
     library = _librdkafka()
     assert library is not None
-    rk = ctypes.c_void_p.from_address(id(consumer) + _RK_OFFSET).value
-    queue = library.rd_kafka_queue_get_consumer(rk)
-    if not queue:
-        log.info(
-            "poll wake-ups unavailable; commands wait for the poll timeout",
-            reason="the consumer has no group queue",
-        )
-        return None
     return QueueYield(library, queue)
+
+
+def _consumer_queue(consumer: Any) -> tuple[str, int | None]:
+    reason = _unwakeable(consumer)
+    if reason is not None:
+        return reason, None
+    library = _librdkafka()
+    assert library is not None
+    rk = ctypes.c_void_p.from_address(id(consumer) + _RK_OFFSET).value
+    queue: int | None = library.rd_kafka_queue_get_consumer(rk)
+    return "the consumer has no group queue", queue or None
 
 
 def _unwakeable(consumer: Any) -> str | None:
