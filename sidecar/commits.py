@@ -140,6 +140,12 @@ class CommitsInFlight:
                 return self._sent.pop(index)
         return None
 
+    def next_deadline(self) -> float | None:
+        """When ``overdue`` next has a caller to tell (monotonic), if any."""
+        waiting = [c.deadline for c in self._sent if c.caller is not None]
+        waiting += [c.deadline for c in self._held]
+        return min(waiting, default=None)
+
     def overdue(self, now: float) -> Told:
         """Tell the callers whose deadline passed; held ones are dropped (never sent),
         sent ones stay in flight for Kafka's late answer."""

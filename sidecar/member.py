@@ -211,7 +211,7 @@ class GroupMember:
         self._publish()
         try:
             self._subscribe()
-            timeout = (
+            longest = (
                 WOKEN_POLL_SECONDS if waker is not None else self._settings.poll_timeout_ms / 1000
             )
             next_identity_check = 0.0
@@ -237,7 +237,7 @@ class GroupMember:
                 if self._leaving.is_set() or self._consumer is None:
                     break
                 # Partitions are paused: poll() serves callbacks, it returns no records.
-                message = consumer.poll(timeout)
+                message = consumer.poll(self._poll_timeout(longest, next_identity_check))
                 if self._rejoining and self._core.state is MemberState.STABLE:
                     self._rejoining = False
                 error = message.error() if message is not None else None
@@ -249,6 +249,16 @@ class GroupMember:
                     self._close(reason=self._session_end_reason())
             finally:
                 self._told(self._commits.abandon("the consumer closed"))
+
+    def _poll_timeout(self, longest: float, next_identity_check: float) -> float:
+        """``longest``, or less when one of the loop's own timers is due sooner: a restore
+        of the subscription, a commit's deadline, the identity check."""
+        due = next_identity_check
+        if self._restore_subscription_at:
+            due = min(due, self._restore_subscription_at)
+        if (deadline := self._commits.next_deadline()) is not None:
+            due = min(due, deadline)
+        return max(0.0, min(longest, due - time.monotonic()))
 
     def _subscribe(self, extra: tuple[str, ...] = ()) -> None:
         assert self._consumer is not None

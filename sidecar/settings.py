@@ -297,9 +297,10 @@ class Settings(BaseSettings):
         default=True,
         description="Wake the member thread's `poll()` when a command arrives "
         "(`rd_kafka_queue_yield` on the consumer's queue, reached through ctypes; checked "
-        "against the loaded librdkafka at start, else off): commands run at once and an idle "
-        "sidecar polls every 190 ms instead of every `SIDECAR_POLL_TIMEOUT_MS`. `false`: "
-        "plain polling.",
+        "against the loaded librdkafka at start, else off): a command sent while the member "
+        "waits in `poll()` runs without waiting for the poll timeout, and an idle sidecar "
+        "polls every 190 ms instead of every `SIDECAR_POLL_TIMEOUT_MS`. `false`: plain "
+        "polling.",
     )
     group_session_timeout_ms: int = Field(
         default=45_000,

@@ -15,7 +15,8 @@ confluent-kafka-python does not expose it, so this module reaches it through ``c
   version checked against ``confluent_kafka.libversion()``);
 * the ``rd_kafka_t`` pointer is the first field after the object header of the
   extension's ``Handle`` struct (the layout of every confluent-kafka 2.x release), and it
-  is trusted only when librdkafka confirms it: ``rd_kafka_type()`` says consumer and
+  is trusted only when it points into writable memory (a heap) for the size of the struct
+  and librdkafka then confirms it: ``rd_kafka_type()`` says consumer and
   ``rd_kafka_opaque()`` points back at the Python object (confluent-kafka sets it so).
 
 When any check fails the member simply polls with its plain timeout
@@ -44,6 +45,9 @@ log = structlog.get_logger("sidecar.wakeup")
 _RD_KAFKA_CONSUMER = 1
 # confluent-kafka's Handle: PyObject_HEAD, then ``rd_kafka_t *rk``.
 _RK_OFFSET = object.__basicsize__
+# How much of an ``rd_kafka_t`` must be writable memory before librdkafka is asked about
+# it: its opaque and type lie ~2.7 kB in (librdkafka 2.x).
+_HANDLE_BYTES = 4096
 
 
 class PollWaker(Protocol):
@@ -91,70 +95,84 @@ class QueueYield:
 
 def poll_waker(consumer: Any) -> PollWaker | None:
     """A waker for ``consumer`` (called on the member thread, right after creating it),
-    or None with the reason logged when this consumer cannot be woken."""
+    or None with the reason logged when this consumer cannot be woken. Never raises:
+    whatever a library unlike the one checked does, the member polls on without it."""
     try:
-        reason, queue = _consumer_queue(consumer)
-    except (OSError, AttributeError, ValueError, TypeError) as exc:  # a library unlike ours
-        reason, queue = f"{type(exc).__name__}: {exc}", None
-    if queue is None:
-        log.info("poll wake-ups unavailable; commands wait for the poll timeout", reason=reason)
+        found = _consumer_queue(consumer)
+    except Exception as exc:
+        found = f"{type(exc).__name__}: {exc}"
+    if isinstance(found, str):
+        log.info("poll wake-ups unavailable; commands wait for the poll timeout", reason=found)
         return None
-    library = _librdkafka()
-    assert library is not None
-    return QueueYield(library, queue)
+    return QueueYield(*found)
 
 
-def _consumer_queue(consumer: Any) -> tuple[str, int | None]:
-    reason = _unwakeable(consumer)
-    if reason is not None:
-        return reason, None
-    library = _librdkafka()
-    assert library is not None
-    rk = ctypes.c_void_p.from_address(id(consumer) + _RK_OFFSET).value
-    queue: int | None = library.rd_kafka_queue_get_consumer(rk)
-    return "the consumer has no group queue", queue or None
-
-
-def _unwakeable(consumer: Any) -> str | None:
+def _consumer_queue(consumer: Any) -> tuple[ctypes.CDLL, int] | str:
+    """librdkafka and a new reference to ``consumer``'s queue, or why not."""
     if not isinstance(consumer, confluent_kafka.Consumer):
         return f"not a confluent_kafka.Consumer ({type(consumer).__name__})"
-    if not (release := metadata.version("confluent-kafka")).startswith("2."):
+    release = metadata.version("confluent-kafka")
+    if not release.startswith("2."):
         return f"confluent-kafka {release} (the layout read here is that of 2.x)"
     library = _librdkafka()
-    if library is None:
-        return "the loaded librdkafka was not found, or its version differs"
+    if isinstance(library, str):
+        return library
     rk = ctypes.c_void_p.from_address(id(consumer) + _RK_OFFSET).value
     if not rk:
         return "the consumer is closed"
+    # librdkafka reads the fields it is asked for at a few kB into the handle: never let it
+    # read through a pointer that is not inside writable memory (a heap's) that far.
+    if not _writable(rk, _HANDLE_BYTES):
+        return "the client handle is not where confluent-kafka 2.x keeps it"
     if library.rd_kafka_type(rk) != _RD_KAFKA_CONSUMER or library.rd_kafka_opaque(rk) != id(
         consumer
     ):
         return "librdkafka did not confirm the client handle"
-    return None
+    queue: int | None = library.rd_kafka_queue_get_consumer(rk)
+    if not queue:
+        return "the consumer has no group queue"
+    return library, queue
+
+
+def _maps() -> list[str]:
+    return Path("/proc/self/maps").read_text().splitlines()
+
+
+def _writable(address: int, size: int) -> bool:
+    """``[address, address + size)`` lies in one readable, writable mapping."""
+    for line in _maps():
+        span, perms = line.split(None, 2)[:2]
+        low, high = (int(end, 16) for end in span.split("-"))
+        if low <= address and address + size <= high:
+            return perms.startswith("rw")
+    return False
 
 
 @functools.cache
-def _librdkafka() -> ctypes.CDLL | None:
+def _librdkafka() -> ctypes.CDLL | str:
     """The librdkafka confluent-kafka's extension runs on (the same mapping: dlopen of a
-    loaded path returns it), or None."""
+    loaded path returns it), or why it was not found."""
     try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
+        maps = _maps()
+    except OSError as exc:
+        return f"no /proc/self/maps to find the loaded librdkafka in ({exc.strerror})"
     paths = {
-        line.split(None, 5)[5]
-        for line in maps.splitlines()
-        if "librdkafka" in line and len(line.split(None, 5)) == 6
+        fields[5]
+        for line in maps
+        if "librdkafka" in line and len(fields := line.split(None, 5)) == 6
     }
     if len(paths) != 1:
-        return None
+        return f"librdkafka is mapped from {len(paths)} paths, not one: {sorted(paths)}"
     try:
         library = ctypes.CDLL(paths.pop())
-    except OSError:
-        return None
+    except OSError as exc:
+        return f"the loaded librdkafka could not be opened again: {exc}"
     library.rd_kafka_version_str.restype = ctypes.c_char_p
-    if library.rd_kafka_version_str().decode() != confluent_kafka.libversion()[0]:
-        return None
+    version = library.rd_kafka_version_str().decode()
+    if version != confluent_kafka.libversion()[0]:
+        return (
+            f"librdkafka {version} found, confluent-kafka runs on {confluent_kafka.libversion()[0]}"
+        )
     library.rd_kafka_type.argtypes = [ctypes.c_void_p]
     library.rd_kafka_type.restype = ctypes.c_int
     library.rd_kafka_opaque.argtypes = [ctypes.c_void_p]

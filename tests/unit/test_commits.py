@@ -146,3 +146,20 @@ def test_what_failed_in_an_answer() -> None:
     failure = commit_failure(None, partial)  # type: ignore[arg-type]
     assert failure is not None and failure.startswith("commit failed for t[1]: ")
     assert commit_key(_commit(("t", 0, 1)).offsets) == commit_key(_answer(("t", 0, 1)))
+
+
+def test_the_next_deadline_is_the_earliest_caller_still_waiting() -> None:
+    """What the poll loop shortens its poll for: held and sent commits whose callers
+    wait; not one whose caller was told already."""
+    flights = CommitsInFlight(10.0)
+    assert flights.next_deadline() is None
+    _take(flights, _commit(("t", 0, 1)), at=5.0)
+    _take(flights, _commit(("t", 0, 2)), at=3.0)  # held behind the first: still waits
+    assert flights.next_deadline() == 13.0
+    [sent] = flights.sendable()
+    flights.sent(sent)
+    assert flights.next_deadline() == 13.0
+    flights.overdue(14.0)  # the held one is dropped, its caller told
+    assert flights.next_deadline() == 15.0
+    flights.overdue(15.0)  # the sent one's caller is told "unknown": nobody waits
+    assert flights.next_deadline() is None

@@ -15,7 +15,7 @@ import pytest
 
 from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
 from sidecar.model import Assignment, Event, EventType, MemberState, PartitionOffset
-from sidecar.wakeup import NO_WAKEUPS, poll_waker
+from sidecar.wakeup import NO_WAKEUPS
 
 
 @dataclass(frozen=True)
@@ -330,7 +330,3 @@ def test_every_command_wakes_the_installed_waker_and_no_other() -> None:
 
     asyncio.run(main())
     assert woken == ["first", "first", "first", "second"]
-
-
-def test_what_is_not_a_consumer_of_this_library_is_not_woken() -> None:
-    assert poll_waker(object()) is None
