@@ -118,6 +118,8 @@ def build_components(
             if settings.events_topic
             else None
         ),
+        journal_used_bytes=journal.used_bytes_if_readable,
+        journal_max_bytes=settings.journal_max_bytes,
     )
     metrics.observe_state(lambda: handoff.snapshot, sources)
     dispatcher = Dispatcher(

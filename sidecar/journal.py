@@ -383,6 +383,10 @@ class Journal:
         ).fetchone()
         return int(count)
 
+    def used_bytes_if_readable(self) -> int | None:
+        """:meth:`used_bytes`, or None while the journal's storage fails."""
+        return self._if_readable(self.used_bytes)
+
     def events_past_if_readable(self, mark: str) -> int | None:
         """:meth:`events_past`, or None while the journal's storage fails."""
         return self._if_readable(lambda: self.events_past(mark))

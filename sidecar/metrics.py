@@ -175,6 +175,9 @@ class StateSources:
     pending_events: Callable[[], int | None]  # None: the journal cannot be read now
     # Events the fleet producer has still to produce (None as above); unset: no fleet topic.
     fleet_pending_events: Callable[[], int | None] | None = None
+    # Bytes of the journal's database in use (None as above); unset: not reported.
+    journal_used_bytes: Callable[[], int | None] | None = None
+    journal_max_bytes: int = 0  # SIDECAR_JOURNAL_MAX_BYTES; 0: no size budget
     last_rebalance_at: float = 0.0
     statistics: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -215,6 +218,21 @@ class StateCollector(Collector):
                 "fleet_pending_events",
                 "Journaled events not yet produced to the fleet topic (SIDECAR_EVENTS_TOPIC).",
                 fleet_pending,
+            )
+        used = self._sources.journal_used_bytes
+        used_bytes = used() if used is not None else None
+        if used_bytes is not None:
+            yield _gauge(
+                "journal_used_bytes",
+                "Bytes of the journal's database in use (its pages but the free ones SQLite "
+                "reuses; indexes and the delivery log included, the WAL not).",
+                used_bytes,
+            )
+        if self._sources.journal_max_bytes:
+            yield _gauge(
+                "journal_max_bytes",
+                "The journal's size budget, SIDECAR_JOURNAL_MAX_BYTES (absent: none).",
+                self._sources.journal_max_bytes,
             )
         state = GaugeMetricFamily(
             f"{PREFIX}member_state", "1 for the member's current state.", labels=["state"]

@@ -63,6 +63,8 @@ KNOWN_METRICS = {
     "webhook_deliveries_total",
     "webhook_delivery_duration_seconds",
     "journal_pending_events",
+    "journal_used_bytes",
+    "journal_max_bytes",
     "member_state",
     "commits_total",
 }

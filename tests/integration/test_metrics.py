@@ -72,6 +72,7 @@ def test_the_scrape_follows_prometheus_conventions(
         "rebalance_sidecar_generation_id",
         "rebalance_sidecar_partitions_revoked_callback_seconds",
         "rebalance_sidecar_journal_pending_events",
+        "rebalance_sidecar_journal_used_bytes",
     ):
         assert name in families, name
 

@@ -674,8 +674,10 @@ def test_metrics_still_answer_while_the_journal_cannot_be_read(tmp_path: Path) -
         assert answer.status_code == 200, answer.text
         assert "rebalance_sidecar_member_state" in answer.text
         assert "rebalance_sidecar_journal_pending_events" not in answer.text
+        assert "rebalance_sidecar_journal_used_bytes" not in answer.text
         again = await client.get("/metrics")
         assert "rebalance_sidecar_journal_pending_events 0.0" in again.text
+        assert "rebalance_sidecar_journal_used_bytes " in again.text
 
     run(tmp_path, scenario)
 

@@ -13,13 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from sidecar.fleet import CURSOR
 from sidecar.journal import FILE_NAME, SIZE_TARGET, WAL_SIZE_LIMIT, Journal
+from sidecar.metrics import StateCollector, StateSources
 from sidecar.model import (
+    Assignment,
     Delivery,
     DeliveryOutcome,
     EventDraft,
+    MemberState,
     PartitionOffset,
     TopicPartition,
 )
@@ -117,3 +121,31 @@ def test_events_the_fleet_producer_has_not_taken_are_kept(journal: Journal) -> N
     journal.set_mark(CURSOR, 1000)
     journal.prune_to_size(BUDGET)
     assert journal.used_bytes() <= BUDGET * SIZE_TARGET
+
+
+def test_the_journal_size_and_its_budget_are_gauges(journal: Journal) -> None:
+    """What an alert needs to warn before the volume's limit evicts the pod: the used
+    bytes the size prune works on, and the budget (absent when there is none)."""
+    for _ in range(50):
+        journal.append(wide_draft())
+
+    def scrape(max_bytes: int) -> dict[str, float]:
+        registry = CollectorRegistry()
+        sources = StateSources(
+            pending_events=journal.pending_events_if_readable,
+            journal_used_bytes=journal.used_bytes_if_readable,
+            journal_max_bytes=max_bytes,
+        )
+        snapshot = Assignment("g", None, None, -1, "eager", MemberState.STABLE, (), 0)
+        registry.register(StateCollector(lambda: snapshot, sources))
+        return {
+            sample.name: sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.name.startswith("rebalance_sidecar_journal_")
+        }
+
+    gauges = scrape(BUDGET)
+    assert gauges["rebalance_sidecar_journal_used_bytes"] == journal.used_bytes() > 50 * 5000
+    assert gauges["rebalance_sidecar_journal_max_bytes"] == BUDGET
+    assert "rebalance_sidecar_journal_max_bytes" not in scrape(0)
