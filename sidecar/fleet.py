@@ -158,7 +158,10 @@ class FleetJournal:
                 continue
             attempt = _Attempt(self._metrics, alone=alone)
             remaining = await self._attempt(batch, attempt)
-            alone = False
+            # A batch refused as too large is retried at once, each event in a request of
+            # its own: what fits is produced, and what the broker still refuses is refused
+            # for itself.
+            alone = attempt.batch_too_large
             if all(e.sequence in attempt.delivered for e in batch):
                 cursor = batch[-1].sequence
                 self._journal.set_mark(CURSOR, cursor)
@@ -171,12 +174,8 @@ class FleetJournal:
                 one_by_one=attempt.batch_too_large,
             )
             cursor = self._settle(cursor, batch, attempt)
-            if attempt.batch_too_large:
-                # Retried at once, each event in a request of its own: what fits is
-                # produced, and what the broker still refuses is refused for itself.
-                alone = True
-                continue
-            await asyncio.sleep(_RETRY_SECONDS)
+            if not alone:
+                await asyncio.sleep(_RETRY_SECONDS)
 
     async def _attempt(self, batch: list[Event], attempt: _Attempt) -> int:
         """Produce ``batch`` and wait for Kafka's answers; returns what stayed undelivered.

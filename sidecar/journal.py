@@ -265,11 +265,6 @@ class Journal:
             self._drop_orphan_deliveries()
         return int(cut)
 
-    def prune_to_size(self, max_bytes: int) -> int:
-        """Retention by size, after :meth:`prune`, all slices at once (:meth:`size_cuts`);
-        returns how many events it dropped."""
-        return sum(self.size_cuts(max_bytes))
-
     def size_cuts(self, max_bytes: int) -> Iterator[int]:
         """Retention by size, one slice of at most ``_SIZE_SLICE_BYTES`` per step (each its
         own transaction, committed before it yields how many events it dropped): the

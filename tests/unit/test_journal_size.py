@@ -3,7 +3,7 @@
 The journal's retention was by count and age only: 100,000 events of a member owning 48
 partitions are ~526 MiB, and the charts put the journal on an emptyDir limited to 256Mi.
 Past its ``sizeLimit`` the kubelet evicts the pod (no ENOSPC the journal could handle, no
-drain): the journal is lost, undelivered events with it. ``prune_to_size`` now keeps the
+drain): the journal is lost, undelivered events with it. ``Journal.size_cuts`` now keeps the
 database's used bytes under a budget, never dropping an event a reader has still to take.
 """
 
@@ -44,6 +44,12 @@ def wide_draft() -> EventDraft:
     )
 
 
+def prune_to_size(journal: Journal, max_bytes: int) -> int:
+    """Every slice of the size prune at once, as the daemon runs them (between slices it
+    lets its loop run); how many events were dropped."""
+    return sum(journal.size_cuts(max_bytes))
+
+
 def fill(journal: Journal, count: int) -> None:
     for _ in range(count):
         journal.append(wide_draft())
@@ -59,24 +65,24 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 def test_prune_to_size_brings_used_bytes_under_the_budget(journal: Journal) -> None:
     fill(journal, 1000)  # ~6 MB: three times the budget
     assert journal.used_bytes() > 2 * BUDGET
-    dropped = journal.prune_to_size(BUDGET)
+    dropped = prune_to_size(journal, BUDGET)
     assert journal.used_bytes() <= BUDGET * SIZE_TARGET
     kept = journal.events_after(0, 2000)
     assert len(kept) == 1000 - dropped
     assert [e.sequence for e in kept] == list(range(dropped + 1, 1001))  # the oldest went
     assert journal.last_sequence() == 1000
-    assert journal.prune_to_size(BUDGET) == 0  # under the budget: nothing more
-    assert journal.prune_to_size(0) == 0  # 0: no limit
+    assert prune_to_size(journal, BUDGET) == 0  # under the budget: nothing more
+    assert prune_to_size(journal, 0) == 0  # 0: no limit
 
 
 def test_the_file_stops_growing(journal: Journal) -> None:
     """Freed pages are reused: appending and pruning on, the file keeps its size."""
     fill(journal, 400)  # just over the budget
-    journal.prune_to_size(BUDGET)
+    prune_to_size(journal, BUDGET)
     sizes = []
     for _ in range(10):
         fill(journal, 150)  # ~0.9 MB between two prunes
-        journal.prune_to_size(BUDGET)
+        prune_to_size(journal, BUDGET)
         sizes.append(journal.path.stat().st_size)
     # ~9 MB appended in all; the file holds the budget and one stretch between prunes
     assert max(sizes) <= BUDGET + 1 * MIB
@@ -90,7 +96,7 @@ def test_the_wal_stays_small_through_a_large_prune(journal: Journal) -> None:
     and a checkpoint cuts the file back."""
     wal = journal.path.with_name(FILE_NAME + "-wal")
     fill(journal, 3000)  # ~17 MB
-    assert journal.prune_to_size(BUDGET) > 2500
+    assert prune_to_size(journal, BUDGET) > 2500
     assert wal.stat().st_size <= WAL_SIZE_LIMIT
     fill(journal, 300)  # past a checkpoint or two
     assert wal.stat().st_size <= WAL_SIZE_LIMIT
@@ -99,12 +105,12 @@ def test_the_wal_stays_small_through_a_large_prune(journal: Journal) -> None:
 def test_events_a_subscription_has_not_taken_are_kept(journal: Journal) -> None:
     journal.save_subscription(subscription("slow", cursor=0))
     fill(journal, 1000)
-    assert journal.prune_to_size(BUDGET) == 0  # all undelivered: over the budget, kept
+    assert prune_to_size(journal, BUDGET) == 0  # all undelivered: over the budget, kept
     assert journal.used_bytes() > BUDGET
     assert len(journal.events_after(0, 2000)) == 1000
     delivered = Delivery("slow", 600, "id", DeliveryOutcome.DELIVERED, 1, 200, None, 0.0)
     journal.advance("slow", 600, delivered)
-    dropped = journal.prune_to_size(BUDGET)
+    dropped = prune_to_size(journal, BUDGET)
     assert dropped <= 600
     assert journal.events_after(0, 1)[0].sequence == dropped + 1
     assert [e.sequence for e in journal.events_after(600, 2000)] == list(range(601, 1001))
@@ -115,11 +121,11 @@ def test_events_the_fleet_producer_has_not_taken_are_kept(journal: Journal) -> N
     journal.keep_for(CURSOR)
     fill(journal, 1000)
     journal.set_mark(CURSOR, 100)
-    assert journal.prune_to_size(BUDGET) == 100
+    assert prune_to_size(journal, BUDGET) == 100
     assert journal.events_after(0, 1)[0].sequence == 101
     assert journal.used_bytes() > BUDGET  # the 900 left are the producer's to take
     journal.set_mark(CURSOR, 1000)
-    journal.prune_to_size(BUDGET)
+    prune_to_size(journal, BUDGET)
     assert journal.used_bytes() <= BUDGET * SIZE_TARGET
 
 
