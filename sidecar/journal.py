@@ -306,10 +306,13 @@ class Journal:
         """Bytes of the database file in use: its pages but the free ones (which SQLite
         reuses before it grows the file). Counts indexes and the delivery log; not the
         WAL."""
-        (pages,) = self._db.execute("PRAGMA page_count").fetchone()
-        (free,) = self._db.execute("PRAGMA freelist_count").fetchone()
-        (size,) = self._db.execute("PRAGMA page_size").fetchone()
-        return (int(pages) - int(free)) * int(size)
+        # One statement, one snapshot: the member thread writes meanwhile.
+        (used,) = self._db.execute(
+            "SELECT (pages.page_count - free.freelist_count) * size.page_size "
+            "FROM pragma_page_count AS pages, pragma_freelist_count AS free, "
+            "pragma_page_size AS size"
+        ).fetchone()
+        return int(used)
 
     def _prune_floor(self) -> int:
         """The newest sequence every active subscription and every ``keep_for`` reader is

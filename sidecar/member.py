@@ -22,6 +22,7 @@ answers again, rejoins with a new consumer.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -258,7 +259,10 @@ class GroupMember:
             due = min(due, self._restore_subscription_at)
         if (deadline := self._commits.next_deadline()) is not None:
             due = min(due, deadline)
-        return max(0.0, min(longest, due - time.monotonic()))
+        # Whole milliseconds, rounded up: confluent-kafka rounds a timeout down, and a
+        # poll that ends just short of the timer would be followed by polls of 0 ms until
+        # it is due.
+        return math.ceil(max(0.0, min(longest, due - time.monotonic())) * 1000) / 1000
 
     def _subscribe(self, extra: tuple[str, ...] = ()) -> None:
         assert self._consumer is not None

@@ -224,7 +224,7 @@ class StateCollector(Collector):
         if used_bytes is not None:
             yield _gauge(
                 "journal_used_bytes",
-                "Bytes of the journal's database in use (its pages but the free ones SQLite "
+                "Bytes of the journal's database in use (its pages except the free ones SQLite "
                 "reuses; indexes and the delivery log included, the WAL not).",
                 used_bytes,
             )

@@ -182,6 +182,9 @@ def test_a_member_polls_long_only_when_it_can_be_woken_and_answers_every_command
     consumer, took, made = _member_run(env, monkeypatch, commands=_TRIALS)
     assert made == wakers
     assert max(consumer.timeouts) == longest  # shorter ones: a timer of the loop was due
+    # Never a fraction of a millisecond, which confluent-kafka rounds down to a poll of 0
+    # ms: the loop would spin until its timer is due.
+    assert not [t for t in consumer.timeouts if 0 < t < 0.001]
     assert len(took) == _TRIALS
     if wakers:
         assert statistics.median(took) < 0.06
