@@ -1775,3 +1775,16 @@ def test_dashboard_is_importable() -> None:
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         for target in panel["targets"]:
             assert 'namespace=~"$namespace", pod=~"$pod"' in target["expr"], panel["title"]
+
+
+def test_the_journal_alerts_keep_their_wait_when_a_value_is_unset(tools: None) -> None:
+    """``--set ...journalBacklogFor=null`` (or a parent chart's null) deletes the key: the
+    rule must not render an empty ``for:``, which fires without waiting."""
+    for alert, key in (
+        ("RebalanceSidecarJournalBacklog", "journalBacklogFor"),
+        ("RebalanceSidecarJournalNearBudget", "journalNearBudgetFor"),
+    ):
+        rule = chart_alerts(f"monitoring.prometheusRule.{key}=null")[alert]
+        assert rule["for"] == "15m", alert
+        assert "for more than 15m" in " ".join(rule["annotations"]["description"].split())
+        assert chart_alerts(f"monitoring.prometheusRule.{key}=1h")[alert]["for"] == "1h"
