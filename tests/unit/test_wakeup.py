@@ -44,8 +44,9 @@ def test_what_is_not_a_consumer_of_this_library_is_not_woken() -> None:
 def test_a_pointer_that_is_not_the_client_handle_is_refused(
     consumer: Consumer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The layout read differs (here: the next field, a Python object): librdkafka does
-    not confirm it, and nothing is called on it."""
+    """The layout read differs (here: the next field, a Python object's address, in
+    writable memory): librdkafka's type and opaque read through it do not confirm it, so
+    no queue is taken from it and the member polls plainly."""
     monkeypatch.setattr(wakeup, "_RK_OFFSET", wakeup._RK_OFFSET + 8)
     assert wakeup.poll_waker(consumer) is None
 
