@@ -1,7 +1,7 @@
 """Baselines for ``GET /assignment``: the same JSON body from minimal apps on the same server.
 
-Served exactly as the daemon serves its API (uvicorn ``Server.serve`` on a bound socket
-inside ``asyncio.run``, so the stdlib loop; no access log, lifespan off), one worker:
+Served exactly as the daemon serves its API (uvicorn ``Server.serve`` on a bound socket,
+inside ``asyncio.run``, so the stdlib loop; h11; no access log, lifespan off), one worker:
 
 * ``fastapi``: a one-route FastAPI app returning the body's dict (what any FastAPI
   service pays: routing, serialisation);
@@ -65,7 +65,9 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     print(sock.getsockname()[1], flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", http="h11")
+    )
     asyncio.run(server.serve(sockets=[sock]))
 
 

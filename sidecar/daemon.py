@@ -210,6 +210,9 @@ class Sidecar:
                     timeout_graceful_shutdown=5,
                     # Peers are who they are: no X-Forwarded-For may pose as loopback.
                     proxy_headers=False,
+                    # h11 even where httptools is installed: h11 gives up on an unfinished
+                    # request head past 16 kB, httptools took a 200 MB header into memory.
+                    http="h11",
                 )
             )
             listener.task = loop.create_task(

@@ -8,6 +8,7 @@ traceback in its log that a caller and an operator would see.
   carry out: a lone surrogate (``"\\ud800"`` is valid JSON, not encodable as UTF-8), or
   ``NaN`` / ``Infinity`` (Python's JSON parser reads them).
 * A streamed (chunked) body over the limit is the same 413 as a declared one.
+* A request head that never ends is cut off, not buffered.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from sidecar.api import MAX_BODY_BYTES
@@ -294,4 +297,34 @@ def test_a_streamed_body_under_the_limit_is_read_as_before(demo: Demo) -> None:
         headers={"Content-Type": "application/json"},
     )
     assert ok.status_code == 202, ok.text
+    assert demo.crashes() == []
+
+
+def _raw(demo: Demo) -> socket.socket:
+    port = int(str(demo.client.base_url).rsplit(":", 1)[1].rstrip("/"))
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def test_an_endless_header_is_cut_off_not_buffered(demo: Demo) -> None:
+    """A client streaming one header without end: the sidecar closes the connection
+    after a few megabytes at most and its memory does not grow with what was sent. The
+    API parses with h11, which gives up on an unfinished request head past 16 kB;
+    httptools, which uvicorn picks by default when it is installed, buffered a 200 MB
+    header (230 MB of RSS)."""
+    process = psutil.Process(demo.process.pid)
+    before = process.memory_info().rss
+    sent = 0
+    cut: OSError | None = None
+    with _raw(demo) as conn:
+        try:
+            conn.sendall(b"GET /assignment HTTP/1.1\r\nHost: x\r\nX-Big: ")
+            while sent < 100_000_000:
+                conn.sendall(b"a" * 1_000_000)
+                sent += 1_000_000
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            cut = exc
+    assert cut is not None, f"{sent} bytes of one header taken"
+    assert sent < 50_000_000
+    assert process.memory_info().rss - before < 20_000_000
+    assert demo.client.get("/assignment").status_code == 200
     assert demo.crashes() == []
