@@ -339,6 +339,59 @@ def test_drain_token_is_derived_per_release_or_set(tools: None) -> None:
     assert drain_token("--set", "sidecar.drainToken=from-my-vault") == "from-my-vault"
 
 
+EVERY_OBJECT = [
+    *REQUIRED,
+    *("--set", "workload.kind=StatefulSet", "--set", "service.enabled=true"),
+    *("--set", "networkPolicy.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true"),
+    *("--set", "monitoring.prometheusRule.enabled=true"),
+]
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def released_as(release: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run(HELM, "template", release, CHART, "--namespace", "demo", *args)
+
+
+@pytest.mark.parametrize("release", ["rs", "team.orders", "1orders", "a" * 53])
+def test_every_object_name_is_valid_for_its_kind_whatever_the_release_name(
+    tools: None, release: str
+) -> None:
+    """Helm takes dots in a release name, and a digit first; a Service's name may have
+    neither (a DNS-1035 label). Rendered with team.orders the Services were named
+    team.orders-rebalance-sidecar, which Kubernetes refuses."""
+    args = EVERY_OBJECT if release[0].isalpha() else REQUIRED
+    result = released_as(release, *args)
+    assert result.returncode == 0, result.stderr
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    assert services, [d["kind"] for d in docs]  # the test's own, at least
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        assert DNS_1123_LABEL.fullmatch(name), (doc["kind"], name)
+        if doc["kind"] == "Service":
+            assert DNS_1035_LABEL.fullmatch(name) and len(name) <= 63, name
+        if doc["kind"] in ("StatefulSet", "Deployment"):
+            assert len(name) <= 52, name  # room for the pods' suffixes
+        if doc["kind"] == "StatefulSet":
+            assert doc["spec"]["serviceName"] in services
+    if release == "team.orders":
+        assert "team-orders-rebalance-sidecar" in services
+
+
+def test_a_service_the_release_name_cannot_name_is_refused_clearly(tools: None) -> None:
+    """A release named 1orders installs and tests (the test's Service gets a prefix); a
+    Service of its own would be an invalid name: the render says what to set."""
+    refused = released_as("1orders", *REQUIRED, "--set", "service.enabled=true")
+    assert refused.returncode != 0
+    assert 'the Service name "1orders-rebalance-sidecar" is not a DNS-1035 label' in refused.stderr
+    assert "set fullnameOverride" in refused.stderr
+    fixed = released_as(
+        "1orders", *REQUIRED, "--set", "service.enabled=true", "--set", "fullnameOverride=orders"
+    )
+    assert fixed.returncode == 0, fixed.stderr
+
+
 def test_sidecar_env_may_not_set_again_what_the_chart_also_uses(
     tools: None, tmp_path: Path
 ) -> None:

@@ -38,18 +38,36 @@ and .out.values (values with this chart's shape). Templates call it as
 {{- $c.values.nameOverride | default "rebalance-sidecar" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- /*
+The name of every object. Helm allows dots in release names (team.orders), a Service
+name does not (a DNS-1035 label): dots become dashes, so that one name fits every kind.
+*/ -}}
 {{- define "rebalance-sidecar.fullname" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $full := "" -}}
 {{- if $c.values.fullnameOverride -}}
-{{- $c.values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- $full = $c.values.fullnameOverride -}}
 {{- else -}}
 {{- $name := $c.values.nameOverride | default "rebalance-sidecar" -}}
 {{- if contains $name $c.top.Release.Name -}}
-{{- $c.top.Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- $full = $c.top.Release.Name -}}
 {{- else -}}
-{{- printf "%s-%s" $c.top.Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- $full = printf "%s-%s" $c.top.Release.Name $name -}}
 {{- end -}}
 {{- end -}}
+{{- $full | replace "." "-" | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /*
+The name of this chart's Service with the given suffix: a DNS-1035 label, which must
+begin with a letter (a release named 1orders cannot name one).
+*/ -}}
+{{- define "rebalance-sidecar.serviceName" -}}
+{{- $name := printf "%s%s" (include "rebalance-sidecar.fullname" .top) .suffix -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "the Service name %q is not a DNS-1035 label (a lower-case letter first, then letters, digits and dashes): set fullnameOverride to a name that begins with a letter" $name) -}}
+{{- end -}}
+{{- $name -}}
 {{- end -}}
 
 {{- define "rebalance-sidecar.selectorLabels" -}}
