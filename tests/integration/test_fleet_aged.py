@@ -18,6 +18,9 @@ counted and logged, and the events around it are produced. The topic's own limit
 small events that shared a refused batch were given up with it. They are now tried one
 by one.
 
+A producer that librdkafka failed for good (a fatal error: fenced) is replaced, and the
+events it refused are produced by the new one.
+
 Real broker, real SQLite journal, the daemon's own wiring (``build_components``).
 """
 
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from structlog.testing import capture_logs
 
 from sidecar.components import Components, build_components
@@ -189,3 +193,46 @@ def test_an_unexpected_error_does_not_end_the_producer(
     assert counts == {"delivered": 2, "failed": 0, "gave_up": 0}
     assert [line["event"] for line in logs][:1] == ["fleet producer failed; trying again"]
     assert _read(kafka_bootstrap, topic, 2) == ids
+
+
+class _FencedProducer:
+    """A real producer that librdkafka has failed for good (as an idempotent producer
+    whose producer id was fenced): from its first ``produce`` on, every call is refused
+    with the fatal error, as librdkafka refuses them. Everything else is the real one."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.refused = 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.refused += 1
+        fatal = KafkaError(KafkaError._FATAL, "injected: producer fenced", fatal=True)
+        raise KafkaException(fatal)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_producer_failed_for_good_is_replaced_and_nothing_is_lost(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """librdkafka's fatal error ends an idempotent producer for good: it refuses every
+    later event. The fleet producer starts a new one and produces, from the cursor,
+    every event; none is given up or counted as failed for it."""
+    topic = create_topic(kafka_bootstrap, 1)
+    fenced: list[_FencedProducer] = []
+
+    def fence(parts: Components) -> None:
+        assert parts.fleet is not None
+        fenced.append(_FencedProducer(parts.fleet._producer))
+        parts.fleet._producer = fenced[0]  # type: ignore[assignment]
+
+    drafts = [_small(None), _small(None), _small(None)]
+    ids, counts, logs = _produce_all(kafka_bootstrap, topic, tmp_path, drafts, fence)
+    assert fenced[0].refused == 1  # never used again once replaced
+    replaced = [line for line in logs if line["event"].startswith("fleet producer failed")]
+    assert [(line["event"], line["error"]) for line in replaced] == [
+        ("fleet producer failed for good; starting a new one", "injected: producer fenced")
+    ], logs
+    assert counts == {"delivered": 3, "failed": 0, "gave_up": 0}
+    assert _read(kafka_bootstrap, topic, 3) == ids
