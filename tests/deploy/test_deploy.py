@@ -862,6 +862,31 @@ def test_scrape_timeout_may_not_exceed_the_interval(tools: None, monitor: str) -
         assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("given", "peer"),
+    [
+        ({}, {"namespaceSelector": {}}),  # every namespace
+        ({"matchLabels": {"team": "obs"}}, {"namespaceSelector": {"matchLabels": {"team": "obs"}}}),
+        (None, {}),  # the release's own namespace
+    ],
+)
+def test_the_metrics_peer_is_the_namespace_selector_given_not_merged_with_the_default(
+    tools: None, tmp_path: Path, given: dict[str, Any] | None, peer: dict[str, Any]
+) -> None:
+    """The default selector (the monitoring namespace) sat in values.yaml, and Helm
+    merges a user's map into a default map: {} (every namespace) rendered the default,
+    and {matchLabels: {team: obs}} rendered both labels, a namespace that rarely exists
+    (Prometheus then could not scrape, without a word)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {"networkPolicy": {"enabled": True, "metrics": {"namespaceSelector": given}}}
+        )
+    )
+    policy = one(render(*REQUIRED, "--values", values), "NetworkPolicy")["spec"]
+    assert policy["ingress"][0]["from"][0] == {**peer, "podSelector": {}}
+
+
 def test_service_account_mounts_no_api_token(tools: None) -> None:
     docs = render(*REQUIRED)
     account = one(docs, "ServiceAccount")
