@@ -113,6 +113,15 @@ def test_a_persistent_statefulset_takes_half_its_claim() -> None:
             ("--set-string", "sidecar.dataVolume.sizeLimit=1Mi"),
             "sidecar.dataVolume.sizeLimit=1Mi leaves the journal less than 1 MiB",
         ),
+        # Past int64 the conversion wrapped to a negative size: no budget, without a word.
+        (
+            ("--set-string", "sidecar.dataVolume.sizeLimit=8Ei"),
+            "sidecar.dataVolume.sizeLimit=8Ei is more bytes than the chart can count",
+        ),
+        (
+            ("--set-string", "sidecar.dataVolume.sizeLimit=1e19"),
+            "sidecar.dataVolume.sizeLimit=1e19 is more bytes than the chart can count",
+        ),
     ],
 )
 def test_the_chart_refuses_what_it_cannot_size(args: tuple[str, ...], said: str) -> None:

@@ -279,7 +279,12 @@ fails on anything else (m, u and n too: 256m is 0.256 bytes).
 {{- else -}}
 {{- fail (printf "%s=%s is not a quantity of bytes: the suffix %q is not one of Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E (not m: 256m would be 0.256 bytes)" .key $q $suffix) -}}
 {{- end -}}
-{{- int64 (floor (mulf (float64 $number) $scale)) -}}
+{{- $bytes := floor (mulf (float64 $number) $scale) -}}
+{{- /* Past int64 (8Ei, 1e19) Go's conversion wraps to a negative number: no budget at all. */ -}}
+{{- if ge $bytes 9.2e18 -}}
+{{- fail (printf "%s=%s is more bytes than the chart can count (9.2e18)" .key $q) -}}
+{{- end -}}
+{{- int64 $bytes -}}
 {{- end -}}
 
 {{- /*
