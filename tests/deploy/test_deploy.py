@@ -341,54 +341,93 @@ def test_drain_token_is_derived_per_release_or_set(tools: None) -> None:
 
 EVERY_OBJECT = [
     *REQUIRED,
-    *("--set", "workload.kind=StatefulSet", "--set", "service.enabled=true"),
-    *("--set", "networkPolicy.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true"),
+    *("--set", "service.enabled=true", "--set", "networkPolicy.enabled=true"),
+    *("--set", "monitoring.serviceMonitor.enabled=true"),
     *("--set", "monitoring.prometheusRule.enabled=true"),
 ]
+STATEFUL = ("--set", "workload.kind=StatefulSet")
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def released_as(release: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run(HELM, "template", release, CHART, "--namespace", "demo", *args)
 
 
-@pytest.mark.parametrize("release", ["rs", "team.orders", "1orders", "a" * 53])
+def released_docs(release: str, *args: str) -> list[dict[str, Any]]:
+    result = released_as(release, *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.mark.parametrize(
+    ("release", "args"),
+    [
+        ("rs", (*EVERY_OBJECT, *STATEFUL)),
+        ("a" * 53, (*EVERY_OBJECT, *STATEFUL)),
+        ("team.orders", EVERY_OBJECT),
+        ("1orders", REQUIRED),
+        ("1orders", (*REQUIRED, *STATEFUL, "--set", "workload.statefulSet.serviceName=my-svc")),
+    ],
+)
 def test_every_object_name_is_valid_for_its_kind_whatever_the_release_name(
-    tools: None, release: str
+    tools: None, release: str, args: tuple[str, ...]
 ) -> None:
     """Helm takes dots in a release name, and a digit first; a Service's name may have
     neither (a DNS-1035 label). Rendered with team.orders the Services were named
     team.orders-rebalance-sidecar, which Kubernetes refuses."""
-    args = EVERY_OBJECT if release[0].isalpha() else REQUIRED
-    result = released_as(release, *args)
-    assert result.returncode == 0, result.stderr
-    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    docs = released_docs(release, *args)
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     assert services, [d["kind"] for d in docs]  # the test's own, at least
     for doc in docs:
         name = doc["metadata"]["name"]
-        assert DNS_1123_LABEL.fullmatch(name), (doc["kind"], name)
+        assert DNS_1123_SUBDOMAIN.fullmatch(name) and len(name) <= 253, (doc["kind"], name)
         if doc["kind"] == "Service":
             assert DNS_1035_LABEL.fullmatch(name) and len(name) <= 63, name
         if doc["kind"] in ("StatefulSet", "Deployment"):
             assert len(name) <= 52, name  # room for the pods' suffixes
         if doc["kind"] == "StatefulSet":
-            assert doc["spec"]["serviceName"] in services
-    if release == "team.orders":
-        assert "team-orders-rebalance-sidecar" in services
+            assert "." not in name  # its pods' host names
+            given = dict(a.split("=", 1) for a in args if a.startswith("workload.statefulSet."))
+            assert doc["spec"]["serviceName"] in {*services, *given.values()}
 
 
-def test_a_service_the_release_name_cannot_name_is_refused_clearly(tools: None) -> None:
-    """A release named 1orders installs and tests (the test's Service gets a prefix); a
-    Service of its own would be an invalid name: the render says what to set."""
-    refused = released_as("1orders", *REQUIRED, "--set", "service.enabled=true")
+def test_a_dotted_release_keeps_its_object_names_and_one_job(tools: None) -> None:
+    """Only the Services lose the dots: every other object keeps the name it had (an
+    upgrade renames nothing that ran), and the alerts select the series by the same
+    job whether the ServiceMonitor (the Service's label) or the pods' label gives it."""
+    docs = released_docs("team.orders", *EVERY_OBJECT)
+    assert one(docs, "Deployment")["metadata"]["name"] == "team.orders-rebalance-sidecar"
+    service = one([d for d in docs if not is_test_hook(d)], "Service")
+    assert service["metadata"]["name"] == "team-orders-rebalance-sidecar"
+    monitor = one(docs, "ServiceMonitor")["spec"]
+    job = service["metadata"]["labels"][monitor["jobLabel"]]
+    assert job == "team.orders-rebalance-sidecar"
+    rule = json.dumps(one(docs, "PrometheusRule")["spec"])
+    assert 'job=\\"team.orders-rebalance-sidecar\\"' in rule
+
+
+@pytest.mark.parametrize(
+    ("release", "args", "said"),
+    [
+        (
+            "1orders",
+            ("--set", "service.enabled=true"),
+            'the Service name "1orders-rebalance-sidecar" is not a DNS-1035 label',
+        ),
+        ("team.orders", STATEFUL, "its pods (team.orders-rebalance-sidecar-0, ...) take"),
+    ],
+)
+def test_a_name_kubernetes_would_refuse_is_refused_clearly(
+    tools: None, release: str, args: tuple[str, ...], said: str
+) -> None:
+    """A Service of a release named 1orders, a StatefulSet of one named team.orders:
+    the render says what to set, and with it the release renders."""
+    refused = released_as(release, *REQUIRED, *args)
     assert refused.returncode != 0
-    assert 'the Service name "1orders-rebalance-sidecar" is not a DNS-1035 label' in refused.stderr
+    assert said in refused.stderr
     assert "set fullnameOverride" in refused.stderr
-    fixed = released_as(
-        "1orders", *REQUIRED, "--set", "service.enabled=true", "--set", "fullnameOverride=orders"
-    )
+    fixed = released_as(release, *REQUIRED, *args, "--set", "fullnameOverride=orders")
     assert fixed.returncode == 0, fixed.stderr
 
 

@@ -38,32 +38,29 @@ and .out.values (values with this chart's shape). Templates call it as
 {{- $c.values.nameOverride | default "rebalance-sidecar" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- /*
-The name of every object. Helm allows dots in release names (team.orders), a Service
-name does not (a DNS-1035 label): dots become dashes, so that one name fits every kind.
-*/ -}}
 {{- define "rebalance-sidecar.fullname" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
-{{- $full := "" -}}
 {{- if $c.values.fullnameOverride -}}
-{{- $full = $c.values.fullnameOverride -}}
+{{- $c.values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := $c.values.nameOverride | default "rebalance-sidecar" -}}
 {{- if contains $name $c.top.Release.Name -}}
-{{- $full = $c.top.Release.Name -}}
+{{- $c.top.Release.Name | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
-{{- $full = printf "%s-%s" $c.top.Release.Name $name -}}
+{{- printf "%s-%s" $c.top.Release.Name $name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
-{{- $full | replace "." "-" | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- /*
-The name of this chart's Service with the given suffix: a DNS-1035 label, which must
-begin with a letter (a release named 1orders cannot name one).
+The name of one of this chart's Services: the full name and a suffix, as a DNS-1035
+label. Helm allows dots in a release name (team.orders), a Service name does not: they
+become dashes here only, so that no other object is renamed on upgrade (every object
+that accepts dots keeps the name it had). A name that cannot begin with a letter
+(release 1orders) is refused with what to set. Takes (dict "top" $ "suffix" "-x").
 */ -}}
 {{- define "rebalance-sidecar.serviceName" -}}
-{{- $name := printf "%s%s" (include "rebalance-sidecar.fullname" .top) .suffix -}}
+{{- $name := printf "%s%s" (include "rebalance-sidecar.fullname" .top) .suffix | replace "." "-" -}}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
 {{- fail (printf "the Service name %q is not a DNS-1035 label (a lower-case letter first, then letters, digits and dashes): set fullnameOverride to a name that begins with a letter" $name) -}}
 {{- end -}}
@@ -281,7 +278,7 @@ fails on anything else (m, u and n too: 256m is 0.256 bytes).
 {{- end -}}
 {{- $bytes := floor (mulf (float64 $number) $scale) -}}
 {{- /* Past int64 (8Ei, 1e19) Go's conversion wraps to a negative number: no budget at all. */ -}}
-{{- if ge $bytes 9.2e18 -}}
+{{- if ge $bytes 9.223372036854775807e18 -}}
 {{- fail (printf "%s=%s is more bytes than the chart can count (9.2e18)" .key $q) -}}
 {{- end -}}
 {{- int64 $bytes -}}
