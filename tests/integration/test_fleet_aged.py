@@ -200,21 +200,25 @@ class _FencedProducer:
     whose producer id was fenced): from its first ``produce`` on, every call is refused
     with the fatal error, as librdkafka refuses them. Everything else is the real one."""
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Any, *, flagged: bool) -> None:
         self._real = real
+        self._flagged = flagged
         self.refused = 0
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         self.refused += 1
-        fatal = KafkaError(KafkaError._FATAL, "injected: producer fenced", fatal=True)
+        # librdkafka refuses a failed producer's calls with the code _FATAL; the error
+        # that failed it carries fatal() (either is the end of that producer).
+        fatal = KafkaError(KafkaError._FATAL, "injected: producer fenced", fatal=self._flagged)
         raise KafkaException(fatal)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
 
+@pytest.mark.parametrize("flagged", [False, True], ids=["code", "fatal-flag"])
 def test_a_producer_failed_for_good_is_replaced_and_nothing_is_lost(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, flagged: bool
 ) -> None:
     """librdkafka's fatal error ends an idempotent producer for good: it refuses every
     later event. The fleet producer starts a new one and produces, from the cursor,
@@ -224,7 +228,7 @@ def test_a_producer_failed_for_good_is_replaced_and_nothing_is_lost(
 
     def fence(parts: Components) -> None:
         assert parts.fleet is not None
-        fenced.append(_FencedProducer(parts.fleet._producer))
+        fenced.append(_FencedProducer(parts.fleet._producer, flagged=flagged))
         parts.fleet._producer = fenced[0]  # type: ignore[assignment]
 
     drafts = [_small(None), _small(None), _small(None)]

@@ -67,6 +67,7 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
     )
     sidecar = Sidecar(settings)
     seen: dict[str, int] = {}
+    parsers: dict[str, object] = {}
 
     async def probe_then_stop(running: Sidecar) -> None:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -81,6 +82,11 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
             seen["readyz"] = (await client.get(f"{admin}/readyz")).status_code
             seen["livez"] = (await client.get(f"{api}/livez")).status_code
             seen["admin assignment"] = (await client.get(f"{admin}/assignment")).status_code
+        # h11 on both, also where httptools is installed (uvicorn would take it): it
+        # buffers an endless request head (tests/unit/test_http_bad_bodies.py).
+        parsers.update(
+            (lst.name, lst.server.config.http) for lst in running._listeners if lst.server
+        )
         running.request_stop()
 
     before = sidecar.lifecycle
@@ -88,6 +94,7 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
     assert asyncio.run(_run(sidecar, probe_then_stop)) == 0
     assert time.monotonic() - started < settings.shutdown_timeout_ms / 1000
     assert seen == {"startupz": 200, "readyz": 503, "livez": 200, "admin assignment": 404}
+    assert parsers == {"api": "h11", "admin": "h11"}
     assert (before, sidecar.lifecycle) == (Lifecycle.CREATED, Lifecycle.STOPPED)
 
 
