@@ -191,6 +191,9 @@ def machine() -> dict[str, str]:
         "httpx": _version("httpx"),
         "event loop in the sidecar": "asyncio (stdlib; uvloop measured, not adopted: finding 13)",
         "HTTP parser in the sidecar": f"h11 {_version('h11')}",
+        # The receiver and the load generator take uvloop when it is installed; their
+        # floors move with it (finding 13).
+        "uvloop (receiver, load generator)": _version("uvloop"),
         "sniffio": _version("sniffio"),
         "load average at start": load,
     }
