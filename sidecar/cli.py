@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import os
 import signal
 import socket
@@ -133,7 +134,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "journal":
             return _export(args)
     except (InvalidSettings, CommandFailed) as exc:
-        print(f"rebalance-sidecar: {exc}", file=sys.stderr)
+        print(f"rebalance-sidecar: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, OutputFailed) else EXIT_USAGE
     except _ReaderGone:
         return EXIT_BROKEN_PIPE
@@ -141,6 +142,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
     parser.print_help()
     return EXIT_USAGE
+
+
+def one_line(message: str) -> str:
+    """A refusal as one line: what librdkafka or a name read from the environment brings
+    (a trailing newline, one inside a variable's name) is shown, not obeyed."""
+    return message.strip().replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _version() -> str:
@@ -285,7 +292,7 @@ def run_sidecar(settings: Settings) -> int:
         sidecar = Sidecar(settings)
         return asyncio.run(sidecar.run(ready=lambda _: _signals.hand_over(sidecar.request_stop)))
     except StartupError as exc:
-        print(f"rebalance-sidecar: {exc}", file=sys.stderr)
+        print(f"rebalance-sidecar: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -336,6 +343,12 @@ def check_resolvable(
     )
 
 
+# The configuration check's logger: what its probe consumer logs goes nowhere.
+_SILENT = logging.getLogger("rebalance-sidecar.config-check")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
 def check_kafka_config(settings: Settings) -> None:
     """Let librdkafka judge the final configuration before anything starts.
 
@@ -348,8 +361,10 @@ def check_kafka_config(settings: Settings) -> None:
 
     from sidecar.settings import InvalidSettings
 
-    # log_level 0: the probe's connection attempts to the brokers are not worth a line.
-    config = {**settings.consumer_config(), "log_level": 0}
+    # The probe's connection attempts to the brokers are not worth a line: its logger
+    # drops them. Not ``log_level: 0``, which hid an invalid ``log_level`` of the user's
+    # from the check (the member thread then died of it while the process served on).
+    config = {**settings.consumer_config(), "logger": _SILENT}
     try:
         Consumer(config).close()
     except KafkaException as exc:
@@ -357,6 +372,12 @@ def check_kafka_config(settings: Settings) -> None:
         message = error.str() if hasattr(error, "str") else str(error)
         raise InvalidSettings(
             f"invalid setting {_culprits(settings, message)}: librdkafka: {message}"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        # confluent-kafka's own properties, e.g. error_cb or stats_cb given as text: they
+        # take Python callables, which no setting can give.
+        raise InvalidSettings(
+            f"invalid setting {_culprits(settings, str(exc))}: confluent-kafka: {exc}"
         ) from None
     _check_subscription(settings, config)
 
@@ -410,14 +431,19 @@ def _check_subscription(settings: Settings, config: dict[str, Any]) -> None:
 
 
 def _culprits(settings: Settings, message: str) -> str:
-    """The variables behind the properties librdkafka's message quotes."""
+    """The variables behind the properties of the configuration that librdkafka's (or
+    confluent-kafka's) message names. Only those: a file name in the message
+    (``dlopen() failed: /x.so``) is not a property."""
     import re
 
     from sidecar.kafka_properties import kafka_property_variable, setting_of_property
 
     names = []
+    given = settings.consumer_config()
     # librdkafka quotes property names in some messages and not in others.
-    for prop in re.findall(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+\b", message):
+    for prop in re.findall(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*\b", message):
+        if prop not in given:
+            continue
         owner = setting_of_property(prop)
         name = owner if owner else kafka_property_variable(prop)
         if name not in names:

@@ -77,7 +77,7 @@ class _DotEnv(DotEnvSettingsSource):
         """Read once (a FIFO can be read only once), as UTF-8; a line python-dotenv cannot
         parse is an error, not a warning and a setting silently dropped."""
         try:
-            text = file_path.read_text(encoding="utf-8")
+            text = _read_capped(file_path, ENV_FILE_ENV).decode("utf-8")
         except UnicodeDecodeError:
             raise InvalidSettings(f"{ENV_FILE_ENV}: {file_path} is not UTF-8 text") from None
         except OSError as exc:
@@ -96,6 +96,24 @@ class _DotEnv(DotEnvSettingsSource):
         )
 
 
+# A settings or dotenv file larger than this is not one (/dev/zero, a log by mistake):
+# refused, not read until memory runs out.
+MAX_SETTINGS_FILE_BYTES = 4 * 1024 * 1024
+
+
+def _read_capped(path: Path, variable: str) -> bytes:
+    """The file's bytes, read once (a FIFO can be read only once); ``InvalidSettings``
+    past ``MAX_SETTINGS_FILE_BYTES``. ``OSError`` as ``open`` and ``read`` raise it."""
+    with path.open("rb") as file:
+        data = file.read(MAX_SETTINGS_FILE_BYTES + 1)
+    if len(data) > MAX_SETTINGS_FILE_BYTES:
+        raise InvalidSettings(
+            f"{variable}: {path} is larger than {MAX_SETTINGS_FILE_BYTES // (1024 * 1024)} MiB: "
+            "not a settings file"
+        )
+    return data
+
+
 def _with_kafka_properties(
     data: dict[str, Any], env_vars: Mapping[str, str | None]
 ) -> dict[str, Any]:
@@ -109,11 +127,11 @@ def _with_kafka_properties(
 def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
     """YAML (the default), TOML or JSON by suffix; the library skips a missing file, but
     one that was named must exist."""
-    if path.is_dir():
-        raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is a directory, not a file")
-    if not path.exists():
-        raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
     try:
+        if path.is_dir():
+            raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is a directory, not a file")
+        if not path.exists():
+            raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
         if path.is_file():
             return _file_source(path, path.suffix)
         # A pipe or a device (``--config <(sops -d settings.yaml)``, /dev/stdin): the
@@ -121,7 +139,7 @@ def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
         # it once into a private regular file; the source parses it as it is built.
         with tempfile.TemporaryDirectory(prefix="rebalance-sidecar-") as private:
             copy = Path(private) / f"settings{path.suffix}"
-            copy.write_bytes(path.read_bytes())
+            copy.write_bytes(_read_capped(path, CONFIG_FILE_ENV))
             return _file_source(copy, path.suffix)
     except OSError as exc:
         raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
@@ -159,10 +177,15 @@ def load_settings(
         env_file = Path(upper[ENV_FILE_ENV])
     sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
     if env_file is not None:
-        if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
-            raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
-        if env_file.is_dir():
-            raise InvalidSettings(f"{ENV_FILE_ENV}: {env_file} is a directory, not a file")
+        try:
+            if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
+                raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
+            if env_file.is_dir():
+                raise InvalidSettings(f"{ENV_FILE_ENV}: {env_file} is a directory, not a file")
+        except OSError as exc:  # a name too long, a directory not searchable
+            raise InvalidSettings(
+                f"{ENV_FILE_ENV}: cannot read {env_file}: {exc.strerror}"
+            ) from None
         sources.append(_DotEnv(Settings, env_file))
     if config_file is not None:
         sources.append(_settings_file_source(config_file))
@@ -228,7 +251,7 @@ def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         loc = [str(part) for part in error["loc"]]
-        if error["type"] == "extra_forbidden" and loc:
+        if error["type"] == "extra_forbidden" and len(loc) == 1:
             close = difflib.get_close_matches(loc[0], list(Settings.model_fields), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             lines.append(f"unknown setting {loc[0]!r} in the settings file{hint}")
@@ -238,5 +261,7 @@ def _describe(exc: ValidationError) -> str:
             name = f"kafka property {loc[1]}"
         where = f"{name}{'[' + ']['.join(loc[1:]) + ']' if len(loc) > 1 else ''}"
         message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
+        if error["type"] == "extra_forbidden":  # a key inside an entry: a webhook's, say
+            message = f"unknown key {loc[-1]!r}"
         lines.append(f"invalid setting {where}: {message}")
     return "; ".join(lines)

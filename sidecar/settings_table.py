@@ -21,7 +21,7 @@ _SOURCE_VARIABLES = {
     "over it, it wins over the settings file. Also `run --env-file FILE`.",
     CONFIG_FILE_ENV: "A YAML (default), TOML (`.toml`) or JSON (`.json`) file with the same "
     "settings under their lower-case names (`group_id: orders`, a `kafka:` mapping of "
-    "librdkafka properties). Also `run --config FILE`.",
+    "librdkafka properties). Also `run --config FILE`. Either file: at most 4 MiB.",
 }
 TABLE_START = "<!-- settings-table:start (generated: rebalance-sidecar settings --write FILE) -->"
 TABLE_END = "<!-- settings-table:end -->"

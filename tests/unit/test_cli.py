@@ -65,6 +65,32 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_ADMIN_HOST": "pod-0\n"}, "'pod-0\\n':0"),  # the line stays one line
         ({"SIDECAR_KAFKA_ENABLE_AUTO_COMMIT": "true"}, "enable.auto.commit"),
         ({"SIDECAR_GROUP_ID": ""}, "SIDECAR_GROUP_ID"),
+        # confluent-kafka's own properties take Python callables: a TypeError traceback
+        ({"SIDECAR_KAFKA_ERROR__CB": "x"}, "SIDECAR_KAFKA_ERROR__CB"),
+        ({"SIDECAR_KAFKA_THROTTLE__CB": "x"}, "SIDECAR_KAFKA_THROTTLE__CB"),  # a ValueError
+        # The check set log_level 0 over it: the member thread died of it after start.
+        ({"SIDECAR_KAFKA_LOG__LEVEL": "x"}, "SIDECAR_KAFKA_LOG__LEVEL"),
+        # librdkafka's range messages end in a newline: the line was two.
+        ({"SIDECAR_KAFKA_FETCH_WAIT_MAX_MS": "4000000"}, "SIDECAR_KAFKA_FETCH_WAIT_MAX_MS"),
+        # Names from the environment are shown, not obeyed: a newline in one split the line.
+        ({"SIDECAR_GROUPID\nX": "1", "SIDECAR_GROUP_ID": ""}, "SIDECAR_GROUPID\\nX"),
+        # A path too long for the file system: an OSError traceback.
+        ({"SIDECAR_CONFIG_FILE": "/tmp/" + "a" * 300 + ".yaml"}, "SIDECAR_CONFIG_FILE"),
+        ({"SIDECAR_ENV_FILE": "/tmp/" + "a" * 300}, "SIDECAR_ENV_FILE"),
+        # A settings file without end: read until memory ran out (a MemoryError traceback).
+        ({"SIDECAR_CONFIG_FILE": "/dev/zero"}, "larger than 4 MiB"),
+        # An unknown key inside a webhook entry was "unknown setting 'webhooks' in the
+        # settings file (did you mean webhooks?)".
+        (
+            {
+                "SIDECAR_WEBHOOKS": '[{"url": "http://127.0.0.1:1/", "secret": "whsec_'
+                + "A" * 44
+                + '", "foo": 1}]'
+            },
+            "SIDECAR_WEBHOOKS[0][foo]: unknown key 'foo'",
+        ),
+        # A file name in librdkafka's message is not a property (SIDECAR_KAFKA_NONEXISTENT_SO)
+        ({"SIDECAR_KAFKA_PLUGIN_LIBRARY_PATHS": "/nonexistent"}, "SIDECAR_KAFKA_*: librdkafka"),
         # Numbers the sidecar reads itself: librdkafka took "45000x" as 45000, Python's
         # int() did not (a traceback when the member started).
         ({"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "45000x"}, "SIDECAR_KAFKA_SESSION_TIMEOUT_MS"),
@@ -85,7 +111,7 @@ def test_bad_settings_exit_2_with_one_clear_message(env: dict[str, str], named: 
     assert named in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("rebalance-sidecar: ")
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.endswith("\n"), done.stderr
 
 
 def test_librdkafka_message_is_part_of_the_line() -> None:
