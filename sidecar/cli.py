@@ -134,7 +134,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "journal":
             return _export(args)
     except (InvalidSettings, CommandFailed) as exc:
-        print(f"rebalance-sidecar: {one_line(str(exc))}", file=sys.stderr)
+        print(f"rebalance-sidecar: {_as_one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, OutputFailed) else EXIT_USAGE
     except _ReaderGone:
         return EXIT_BROKEN_PIPE
@@ -144,7 +144,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return EXIT_USAGE
 
 
-def one_line(message: str) -> str:
+def _as_one_line(message: str) -> str:
     """A refusal as one line: what librdkafka or a name read from the environment brings
     (a trailing newline, one inside a variable's name) is shown, not obeyed."""
     return message.strip().replace("\r", "\\r").replace("\n", "\\n")
@@ -292,7 +292,7 @@ def run_sidecar(settings: Settings) -> int:
         sidecar = Sidecar(settings)
         return asyncio.run(sidecar.run(ready=lambda _: _signals.hand_over(sidecar.request_stop)))
     except StartupError as exc:
-        print(f"rebalance-sidecar: {one_line(str(exc))}", file=sys.stderr)
+        print(f"rebalance-sidecar: {_as_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -371,13 +371,13 @@ def check_kafka_config(settings: Settings) -> None:
         error = exc.args[0]
         message = error.str() if hasattr(error, "str") else str(error)
         raise InvalidSettings(
-            f"invalid setting {_culprits(settings, message)}: librdkafka: {message}"
+            f"invalid setting {_culprits(config, message)}: librdkafka: {message}"
         ) from None
     except (TypeError, ValueError) as exc:
         # confluent-kafka's own properties, e.g. error_cb or stats_cb given as text: they
         # take Python callables, which no setting can give.
         raise InvalidSettings(
-            f"invalid setting {_culprits(settings, str(exc))}: confluent-kafka: {exc}"
+            f"invalid setting {_culprits(config, str(exc))}: confluent-kafka: {exc}"
         ) from None
     _check_subscription(settings, config)
 
@@ -430,7 +430,7 @@ def _check_subscription(settings: Settings, config: dict[str, Any]) -> None:
     )
 
 
-def _culprits(settings: Settings, message: str) -> str:
+def _culprits(config: dict[str, Any], message: str) -> str:
     """The variables behind the properties of the configuration that librdkafka's (or
     confluent-kafka's) message names. Only those: a file name in the message
     (``dlopen() failed: /x.so``) is not a property."""
@@ -439,10 +439,9 @@ def _culprits(settings: Settings, message: str) -> str:
     from sidecar.kafka_properties import kafka_property_variable, setting_of_property
 
     names = []
-    given = settings.consumer_config()
     # librdkafka quotes property names in some messages and not in others.
     for prop in re.findall(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*\b", message):
-        if prop not in given:
+        if prop not in config:
             continue
         owner = setting_of_property(prop)
         name = owner if owner else kafka_property_variable(prop)

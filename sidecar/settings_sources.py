@@ -106,12 +106,29 @@ def _read_capped(path: Path, variable: str) -> bytes:
     past ``MAX_SETTINGS_FILE_BYTES``. ``OSError`` as ``open`` and ``read`` raise it."""
     with path.open("rb") as file:
         data = file.read(MAX_SETTINGS_FILE_BYTES + 1)
-    if len(data) > MAX_SETTINGS_FILE_BYTES:
+    _refuse_past_the_cap(len(data), path, variable)
+    return data
+
+
+def _refuse_past_the_cap(size: int, path: Path, variable: str) -> None:
+    if size > MAX_SETTINGS_FILE_BYTES:
         raise InvalidSettings(
             f"{variable}: {path} is larger than {MAX_SETTINGS_FILE_BYTES // (1024 * 1024)} MiB: "
             "not a settings file"
         )
-    return data
+
+
+def _check_named_file(path: Path, variable: str) -> None:
+    """A file that was named must exist and not be a directory (a FIFO is fine:
+    ``--env-file <(vault read ...)``); ``InvalidSettings`` otherwise, also when the path
+    cannot even be looked at (a name too long, a directory not searchable)."""
+    try:
+        if not path.exists():
+            raise InvalidSettings(f"{variable}: cannot read {path}: no such file")
+        if path.is_dir():
+            raise InvalidSettings(f"{variable}: {path} is a directory, not a file")
+    except OSError as exc:
+        raise InvalidSettings(f"{variable}: cannot read {path}: {exc.strerror}") from None
 
 
 def _with_kafka_properties(
@@ -127,12 +144,10 @@ def _with_kafka_properties(
 def _settings_file_source(path: Path) -> PydanticBaseSettingsSource:
     """YAML (the default), TOML or JSON by suffix; the library skips a missing file, but
     one that was named must exist."""
+    _check_named_file(path, CONFIG_FILE_ENV)
     try:
-        if path.is_dir():
-            raise InvalidSettings(f"{CONFIG_FILE_ENV}: {path} is a directory, not a file")
-        if not path.exists():
-            raise InvalidSettings(f"{CONFIG_FILE_ENV}: cannot read {path}: no such file")
-        if path.is_file():
+        if path.is_file():  # the library reads it: its size is checked first
+            _refuse_past_the_cap(path.stat().st_size, path, CONFIG_FILE_ENV)
             return _file_source(path, path.suffix)
         # A pipe or a device (``--config <(sops -d settings.yaml)``, /dev/stdin): the
         # library reads regular files only, and skips anything else without a word. Read
@@ -177,15 +192,7 @@ def load_settings(
         env_file = Path(upper[ENV_FILE_ENV])
     sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
     if env_file is not None:
-        try:
-            if not env_file.exists():  # a FIFO is fine too: ``--env-file <(vault read ...)``
-                raise InvalidSettings(f"{ENV_FILE_ENV}: cannot read {env_file}: no such file")
-            if env_file.is_dir():
-                raise InvalidSettings(f"{ENV_FILE_ENV}: {env_file} is a directory, not a file")
-        except OSError as exc:  # a name too long, a directory not searchable
-            raise InvalidSettings(
-                f"{ENV_FILE_ENV}: cannot read {env_file}: {exc.strerror}"
-            ) from None
+        _check_named_file(env_file, ENV_FILE_ENV)
         sources.append(_DotEnv(Settings, env_file))
     if config_file is not None:
         sources.append(_settings_file_source(config_file))

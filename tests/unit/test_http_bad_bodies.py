@@ -301,8 +301,7 @@ def test_a_streamed_body_under_the_limit_is_read_as_before(demo: Demo) -> None:
 
 
 def _raw(demo: Demo) -> socket.socket:
-    port = int(str(demo.client.base_url).rsplit(":", 1)[1].rstrip("/"))
-    return socket.create_connection(("127.0.0.1", port), timeout=30)
+    return socket.create_connection(("127.0.0.1", demo.client.base_url.port), timeout=30)
 
 
 def test_an_endless_header_is_cut_off_not_buffered(demo: Demo) -> None:

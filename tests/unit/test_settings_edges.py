@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.settings import InvalidSettings
-from sidecar.settings_sources import load_settings
+from sidecar.settings_sources import MAX_SETTINGS_FILE_BYTES, load_settings
 from tests.support.sidecars import REPO
 
 GOOD = {"SIDECAR_BOOTSTRAP_SERVERS": "127.0.0.1:9", "SIDECAR_GROUP_ID": "g", "SIDECAR_TOPICS": "t"}
@@ -278,3 +278,15 @@ def test_a_posix_class_in_a_pattern_warns_nothing() -> None:
     done = _run({**GOOD, "SIDECAR_TOPICS": "^[[:alpha:]]+", "SIDECAR_GROUP_ID": " "})
     assert done.returncode == 2
     assert "FutureWarning" not in done.stderr and "nested set" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["env_file", "config_file"])
+def test_a_settings_file_past_4_mib_is_refused_not_read_whole(tmp_path: Path, kind: str) -> None:
+    """Either file is read at most 4 MiB deep: a file without end (``/dev/zero`` as the
+    settings file) was read until memory ran out. Regular files are capped too."""
+    big = tmp_path / ("big.env" if kind == "env_file" else "big.yaml")
+    big.write_bytes(b"# " + b"x" * (MAX_SETTINGS_FILE_BYTES + 10) + b"\n")
+    assert f"{big} is larger than 4 MiB: not a settings file" in refused({}, **{kind: big})
+    # At the limit it is read (a comment only: nothing set).
+    big.write_bytes(b"#" * (MAX_SETTINGS_FILE_BYTES - 1) + b"\n")
+    assert load_settings(GOOD, **{kind: big}).group_id == GOOD["SIDECAR_GROUP_ID"]
