@@ -33,6 +33,7 @@ from sidecar.errors import MemberBusy, MemberGone, StartupError
 from sidecar.feed import Feed
 from sidecar.fleet import CURSOR as FLEET_CURSOR
 from sidecar.handoff import Handoff
+from sidecar.http_protocol import deadlined_h11
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
 from sidecar.model import Assignment, MemberState
@@ -210,9 +211,10 @@ class Sidecar:
                     timeout_graceful_shutdown=5,
                     # Peers are who they are: no X-Forwarded-For may pose as loopback.
                     proxy_headers=False,
-                    # h11 even where httptools is installed: h11 gives up on an unfinished
-                    # request head past 16 kB, httptools took a 200 MB header into memory.
-                    http="h11",
+                    # h11 even where httptools is installed (it gives up on an unfinished
+                    # request head past 16 kB, httptools took a 200 MB header into memory),
+                    # with a deadline for reading each request (sidecar.http_protocol).
+                    http=deadlined_h11(s.http_request_timeout_ms / 1000),
                 )
             )
             listener.task = loop.create_task(

@@ -20,6 +20,7 @@ The tree (the HTTP status each maps to on the right)::
     │   ├── Stopping              the sidecar is stopping                            409
     │   └── MemberGone            the member thread has stopped                      409
     ├── MemberBusy                the member thread did not take the command in time 503
+    ├── TooManyStreams            SIDECAR_EVENT_STREAMS_MAX event streams are open   503
     ├── KafkaRefused              librdkafka refused the member's call               503
     │   └── CommitFailed          Kafka refused the commit                           503
     │       └── CommitUnanswered  no answer within the bound: outcome unknown        503
@@ -144,6 +145,10 @@ class MemberBusy(SidecarError, TimeoutError):
     """
 
 
+class TooManyStreams(SidecarError):
+    """``SIDECAR_EVENT_STREAMS_MAX`` event streams are being served: retry when one ends."""
+
+
 class KafkaRefused(SidecarError, RuntimeError):
     """librdkafka raised on the member's call (a rejoin after a fatal error, say)."""
 
@@ -185,6 +190,7 @@ _STATUS: tuple[tuple[type[SidecarError], int], ...] = (
     (RequestRefused, 400),  # a caller's mistake without a more precise status
     (MemberRefused, 409),
     (MemberBusy, 503),
+    (TooManyStreams, 503),
     (KafkaRefused, 503),
     (JournalUnavailable, 503),
     (DeadlinePassed, 504),
@@ -205,7 +211,7 @@ def http_headers(error: SidecarError) -> dict[str, str]:
     """Headers the status needs: the auth scheme for 401, when to retry for 503."""
     if isinstance(error, Unauthorized):
         return {"WWW-Authenticate": error.challenge}
-    if isinstance(error, MemberBusy | KafkaRefused | JournalUnavailable):
+    if isinstance(error, MemberBusy | TooManyStreams | KafkaRefused | JournalUnavailable):
         return {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return {}
 
@@ -277,6 +283,7 @@ __all__ = [
     "StartupError",
     "StatusError",
     "Stopping",
+    "TooManyStreams",
     "Unauthorized",
     "http_body",
     "http_headers",

@@ -182,6 +182,23 @@ class Settings(BaseSettings):
         "printable ASCII only); without it only loopback callers may drain through the admin "
         "listener.",
     )
+    http_request_timeout_ms: int = Field(
+        default=10_000,
+        ge=100,
+        le=600_000,
+        description="Both listeners: a client must send a whole request (head and body) "
+        "within this long of the connection opening or of the previous response, or the "
+        "connection is closed (a silent connection or a request sent a byte at a time "
+        "would otherwise hold a socket for ever). Responses are not bounded: an event "
+        "stream lasts as long as its client.",
+    )
+    event_streams_max: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Event streams (`GET /events` as SSE) served at once; one more is "
+        "`503` with `Retry-After` until one ends.",
+    )
     ready_without_group: bool = Field(
         default=False,
         description="Report ready before the member first joined the group (readiness "

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from sidecar.errors import BadRequest, ResumeAhead
+from sidecar.errors import BadRequest, ResumeAhead, TooManyStreams
 from sidecar.model import Event
 from sidecar.web.assignment import MAX_SEQUENCE
 from sidecar.web.runtime import Runtime, RuntimeDep, errors
@@ -63,7 +63,8 @@ async def events(
 
     A `Last-Event-ID` or `after` past the newest event is `409`: the journal was replaced
     and its numbering restarted (start again without it). One older than what retention kept resumes
-    at the oldest event kept: the gap shows in the `id`s."""
+    at the oldest event kept: the gap shows in the `id`s. With `SIDECAR_EVENT_STREAMS_MAX`
+    streams open, one more is `503` with `Retry-After`."""
     start, given = after, "after"
     if last_event_id is not None:
         start, given = parse_last_event_id(last_event_id), "Last-Event-ID"
@@ -78,6 +79,12 @@ async def events(
     if "application/json" in accept and "text/event-stream" not in accept:
         history = runtime.journal.events_after(start or 0, limit)
         return JSONResponse([e.cloudevent for e in history])
+    streams = runtime.settings.event_streams_max
+    if len(runtime.feed) >= streams:
+        raise TooManyStreams(
+            f"{streams} event streams are open (SIDECAR_EVENT_STREAMS_MAX): retry when one "
+            "ends, or read the history with Accept: application/json"
+        )
     if start is None:
         start = runtime.journal.last_sequence()
     # Read before answering: a journal that fails now is a 503, not an empty stream.

@@ -75,7 +75,8 @@ _DESCRIPTIONS = {
     409: "Conflicts with the member's state",
     413: "Body too large",
     422: "Invalid request",
-    503: "The member is busy, Kafka refused, or the journal failed (retry after "
+    503: "The member is busy, Kafka refused, the journal failed, or too many event streams "
+    "are open (retry after "
     "`Retry-After` seconds)",
     504: "Did not happen before the deadline",
 }

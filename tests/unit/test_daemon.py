@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from sidecar import daemon, journal
 from sidecar.daemon import STOP_STEPS, Sidecar
+from sidecar.http_protocol import DeadlinedH11
 from sidecar.journal import Journal
 from sidecar.model import TopicPartition
 from sidecar.probes import Lifecycle
@@ -34,6 +35,13 @@ def _offline(data_dir: Path, **settings: Any) -> Settings:
         admin_port=-1,
         **settings,
     )
+
+
+def _parser(protocol: object) -> tuple[str, float] | object:
+    """h11 with the request deadline (``sidecar.http_protocol``), or what it is instead."""
+    if isinstance(protocol, type) and issubclass(protocol, DeadlinedH11):
+        return ("h11", protocol.timeout)
+    return protocol
 
 
 async def _run(sidecar: Sidecar, once_ready: Callable[[Sidecar], Coroutine[Any, Any, None]]) -> int:
@@ -85,7 +93,7 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
         # h11 on both, also where httptools is installed (uvicorn would take it): it
         # buffers an endless request head (tests/unit/test_http_bad_bodies.py).
         parsers.update(
-            (lst.name, lst.server.config.http) for lst in running._listeners if lst.server
+            (lst.name, _parser(lst.server.config.http)) for lst in running._listeners if lst.server
         )
         running.request_stop()
 
@@ -94,7 +102,7 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
     assert asyncio.run(_run(sidecar, probe_then_stop)) == 0
     assert time.monotonic() - started < settings.shutdown_timeout_ms / 1000
     assert seen == {"startupz": 200, "readyz": 503, "livez": 200, "admin assignment": 404}
-    assert parsers == {"api": "h11", "admin": "h11"}
+    assert parsers == {"api": ("h11", 10.0), "admin": ("h11", 10.0)}
     assert (before, sidecar.lifecycle) == (Lifecycle.CREATED, Lifecycle.STOPPED)
 
 

@@ -3,10 +3,6 @@ of simulated peers, and the status page and its assets are served from the packa
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,31 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.sidecars import REPO, free_port
+from tests.support.demo import running_demo
 
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[httpx.Client]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "demo", "--port", str(port), "--data-dir", str(tmp_path)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=REPO,
-    )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    try:
-        yield client
-    finally:
-        client.close()
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    with running_demo(tmp_path) as process:
+        yield process.client
 
 
 def test_group_in_the_demo_is_the_roster_of_simulated_peers(demo: httpx.Client) -> None:

@@ -14,14 +14,8 @@ traceback in its log that a caller and an operator would see.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,76 +23,23 @@ import psutil
 import pytest
 
 from sidecar.api import MAX_BODY_BYTES
-from tests.support.sidecars import REPO, free_port
-
-CRASHED = ("Traceback", "Exception in ASGI application")
-DEMO = [sys.executable, "-m", "sidecar", "demo"]
-
-
-class Demo:
-    def __init__(self, client: httpx.Client, log: Path, process: subprocess.Popen[bytes]) -> None:
-        self.client = client
-        self.log = log
-        self.process = process
-        self.since = 0
-
-    def crashes(self) -> list[str]:
-        """Lines of the log since the test began that tell of a crash."""
-        with self.log.open("rb") as log:
-            log.seek(self.since)
-            lines = log.read().decode(errors="replace").splitlines()
-        return [line for line in lines if any(c in line for c in CRASHED)]
+from tests.support.demo import Demo, running_demo, wait_for_the_group
 
 
 @pytest.fixture
-def demo(running_demo: Demo) -> Demo:
+def demo(one_demo: Demo) -> Demo:
     # A test that enforced a rebalance leaves the group rebalancing; a command while a
     # callback holds the member is a 503 by design. Each test starts from a stable group.
-    _wait_for_the_group(running_demo.client, running_demo.process)
-    running_demo.since = running_demo.log.stat().st_size
-    return running_demo
+    wait_for_the_group(one_demo.client, one_demo.process)
+    one_demo.since = one_demo.log.stat().st_size
+    return one_demo
 
 
 @pytest.fixture(scope="module")
-def running_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def one_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     """One demo for the module: it takes seconds to join its group."""
-    data_dir = tmp_path_factory.mktemp("demo")
-    log_path = data_dir / "demo.log"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*DEMO, "--port", str(port), "--data-dir", str(data_dir)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    try:
-        _wait_for_the_group(client, process)
-        yield Demo(client, log_path, process)
-    finally:
-        client.close()
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
-def _wait_for_the_group(client: httpx.Client, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"the demo exited {process.returncode}"
-        try:
-            if client.get("/assignment").json()["state"] == "stable":
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError("the demo's sidecar never joined its group")
+    with running_demo(tmp_path_factory.mktemp("demo")) as demo:
+        yield demo
 
 
 def post(demo: Demo, path: str, body: bytes) -> httpx.Response:

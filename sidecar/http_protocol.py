@@ -1,0 +1,100 @@
+"""The HTTP/1.1 both listeners speak: uvicorn's h11 protocol, with a deadline for reading
+each request.
+
+uvicorn closes a connection that stays idle after a response (``timeout_keep_alive``),
+but not one that never finishes a request: a connection opened and left silent, or a
+request head or body sent a byte at a time, holds its socket and its buffers for as long
+as the client likes (slowloris). The admin listener is reachable in the pod network, so
+any pod could hold it open by the thousand. Here the client has
+``SIDECAR_HTTP_REQUEST_TIMEOUT_MS`` from the moment the sidecar waits for a request (the
+connection opened, or the previous response went out) until it has read that whole
+request, head and body; past it the connection is closed. A response may take as long as
+it takes (an event stream never ends): the deadline covers only what the client sends.
+
+h11 rather than httptools, even where httptools is installed: h11 also gives up on a
+request head still unfinished past 16 kB, where httptools buffered a 200 MB header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+log = structlog.get_logger("sidecar.api")
+
+
+def deadlined_h11(request_timeout: float) -> type[asyncio.Protocol]:
+    """The protocol class for ``uvicorn.Config(http=...)``: h11 with this deadline."""
+
+    class Deadlined(DeadlinedH11):
+        timeout = request_timeout
+
+    return Deadlined
+
+
+class DeadlinedH11(H11Protocol):
+    """h11, closing a connection that does not send a whole request within ``timeout``
+    seconds of the sidecar starting to wait for one."""
+
+    timeout: float = 10.0
+
+    def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        # The request cycle that was current when the wait began (None: the first request):
+        # a cycle other than this one, with its body read, is the awaited request.
+        self._before: RequestResponseCycle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_request(None)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._check_read()
+
+    def on_response_complete(self) -> None:
+        finished = self.cycle
+        super().on_response_complete()  # may start a pipelined request at once
+        if not self.transport.is_closing():
+            self._await_request(finished)
+            self._check_read()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        super().connection_lost(exc)
+
+    def _await_request(self, before: RequestResponseCycle | None) -> None:
+        self._before = before
+        self._cancel_deadline()
+        self._deadline = self.loop.call_later(self.timeout, self._request_too_slow)
+
+    def _check_read(self) -> None:
+        cycle = self.cycle
+        if (
+            self._deadline is not None
+            and cycle is not None
+            and cycle is not self._before
+            and not cycle.more_body
+        ):
+            self._cancel_deadline()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _request_too_slow(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        log.debug(
+            "connection closed: no whole request within the deadline",
+            client=f"{self.client[0]}:{self.client[1]}" if self.client else None,
+            timeout_s=self.timeout,
+        )
+        self.transport.close()

@@ -1,0 +1,210 @@
+"""Clients that hold the sidecar's connections: a real demo sidecar, raw sockets.
+
+* A connection must send a whole request within ``SIDECAR_HTTP_REQUEST_TIMEOUT_MS`` of
+  opening or of its previous response, or it is closed: silent, a head sent a byte at a
+  time, a body that never ends (slowloris). uvicorn alone closes only connections idle
+  after a response.
+* What the client does in time is served as before: requests on one keep-alive
+  connection for longer than the deadline, pipelined requests, and an event stream that
+  lasts past it (the deadline bounds what the client sends, not the response).
+* At most ``SIDECAR_EVENT_STREAMS_MAX`` event streams at once: one more is a 503 with
+  ``Retry-After``; the JSON history is still served, and a stream that ends frees a place.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.demo import Demo, running_demo, wait_for_the_group
+
+DEADLINE_MS = 1_500
+STREAMS = 2
+CLOSED_WITHIN = 15.0  # seconds: far past the deadline, for a slow machine
+
+
+@pytest.fixture(scope="module")
+def one_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    with running_demo(
+        tmp_path_factory.mktemp("demo"),
+        http_request_timeout_ms=DEADLINE_MS,
+        event_streams_max=STREAMS,
+    ) as demo:
+        yield demo
+
+
+@pytest.fixture
+def demo(one_demo: Demo) -> Demo:
+    wait_for_the_group(one_demo.client, one_demo.process)
+    one_demo.since = one_demo.log.stat().st_size
+    return one_demo
+
+
+def _connect(demo: Demo) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", demo.port), timeout=CLOSED_WITHIN)
+
+
+def _closed_by_peer(conn: socket.socket) -> bool:
+    """Read until the sidecar closes (True) or ``CLOSED_WITHIN`` passes (False); what the
+    sidecar answered on the way, if anything, is dropped."""
+    deadline = time.monotonic() + CLOSED_WITHIN
+    while time.monotonic() < deadline:
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            if conn.recv(65536) == b"":
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+    return False
+
+
+def _trickle(conn: socket.socket, data: bytes, stop: threading.Event) -> None:
+    """Send ``data`` a byte every 200 ms (well inside uvicorn's keep-alive timeout)."""
+    for i in range(len(data)):
+        if stop.wait(0.2):
+            return
+        try:
+            conn.sendall(data[i : i + 1])
+        except OSError:
+            return
+
+
+def test_connections_that_send_no_whole_request_are_closed(demo: Demo) -> None:
+    """Silent, a trickled head, a trickled body, and a second request trickled after a
+    first one answered: each is closed; the sidecar serves on."""
+    head = b"GET /assignment HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: " + b"a" * 200
+    body_head = (
+        b"POST /enforce-rebalance HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+    )
+    stop = threading.Event()
+    silent, slow_head, slow_body, second = (_connect(demo) for _ in range(4))
+    try:
+        slow_body.sendall(body_head)
+        second.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert second.recv(65536).startswith(b"HTTP/1.1 200")
+        trickles = [
+            threading.Thread(target=_trickle, args=(slow_head, head, stop), daemon=True),
+            threading.Thread(target=_trickle, args=(slow_body, b"{" * 200, stop), daemon=True),
+            threading.Thread(target=_trickle, args=(second, head, stop), daemon=True),
+        ]
+        for t in trickles:
+            t.start()
+        closed = {
+            name: _closed_by_peer(conn)
+            for name, conn in [
+                ("silent", silent),
+                ("slow head", slow_head),
+                ("slow body", slow_body),
+                ("slow second request", second),
+            ]
+        }
+    finally:
+        stop.set()
+        for conn in (silent, slow_head, slow_body, second):
+            conn.close()
+    assert closed == dict.fromkeys(closed, True)
+    assert demo.client.get("/livez").status_code == 200
+    assert demo.crashes() == []
+
+
+def test_what_the_client_sends_in_time_is_served_past_the_deadline(demo: Demo) -> None:
+    """One keep-alive connection, a request every half deadline for three deadlines; then
+    two pipelined requests in one write: all answered on the same connection."""
+    with _connect(demo) as conn:
+        began = time.monotonic()
+        answered = 0
+        while time.monotonic() - began < 3 * DEADLINE_MS / 1000:
+            conn.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _read_response(conn).startswith(b"HTTP/1.1 200")
+            answered += 1
+            time.sleep(DEADLINE_MS / 2000)
+        conn.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 2)
+        assert _read_response(conn).startswith(b"HTTP/1.1 200")
+        assert _read_response(conn).startswith(b"HTTP/1.1 200")
+    assert answered >= 5
+
+
+def _read_response(conn: socket.socket) -> bytes:
+    """One whole response (the head's Content-Length says how long its body is)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        assert chunk
+        rest += chunk
+    assert len(rest) == length, "a second response arrived with the first: read them apart"
+    return head
+
+
+def test_an_event_stream_outlives_the_deadline(demo: Demo) -> None:
+    """The deadline bounds reading the request: a stream opened from the first event
+    still delivers events (the demo's peers rebalance every few seconds) long past it."""
+    with demo.client.stream(
+        "GET", "/events", headers={"Last-Event-ID": "0", "Accept": "text/event-stream"}
+    ) as stream:
+        assert stream.status_code == 200
+        began = time.monotonic()
+        ids = 0
+        for line in stream.iter_lines():
+            if line.startswith("id:"):
+                ids += 1
+            if time.monotonic() - began > 3 * DEADLINE_MS / 1000 and ids > 0:
+                break
+    assert time.monotonic() - began > 3 * DEADLINE_MS / 1000
+    assert ids > 0
+
+
+def test_event_streams_past_the_bound_are_503_until_one_ends(demo: Demo) -> None:
+    open_streams = [_open_stream(demo) for _ in range(STREAMS)]
+    try:
+        # Each open stream counts from its first frame, a moment after its 200.
+        status, headers, body = _until(demo, 503)
+        assert status == 503
+        assert headers["retry-after"] == "1"
+        assert "SIDECAR_EVENT_STREAMS_MAX" in json.loads(body)["error"]
+        history = demo.client.get("/events", headers={"Accept": "application/json"})
+        assert history.status_code == 200
+        open_streams.pop().close()
+        assert _until(demo, 200)[0] == 200
+    finally:
+        for conn in open_streams:
+            conn.close()
+    assert demo.crashes() == []
+
+
+def _open_stream(demo: Demo) -> socket.socket:
+    conn = _connect(demo)
+    conn.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    return conn
+
+
+def _until(demo: Demo, wanted: int) -> tuple[int, httpx.Headers, bytes]:
+    """Ask for one more stream until the answer is ``wanted`` (or ``CLOSED_WITHIN``
+    passed): its status, headers and, unless it is a stream, body."""
+    deadline = time.monotonic() + CLOSED_WITHIN
+    while True:
+        with demo.client.stream("GET", "/events") as answer:
+            body = answer.read() if answer.status_code != 200 else b""
+            got = (answer.status_code, answer.headers, body)
+        if got[0] == wanted or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
