@@ -32,6 +32,7 @@ from sidecar.errors import (
 from sidecar.journal import storage_failed
 from sidecar.web import admin, assignment, control, events, probes, webhooks
 from sidecar.web.group import group_router
+from sidecar.web.head import HeadAsGet
 from sidecar.web.limits import BodyLimit
 from sidecar.web.page import page_router
 from sidecar.web.runtime import COMMAND_TIMEOUT_SECONDS, Runtime, errors
@@ -81,6 +82,7 @@ def _app(runtime: Runtime, command_timeout: float, **options: Any) -> FastAPI:
     app.state.runtime = runtime
     app.state.command_timeout = command_timeout
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(HeadAsGet, acting_gets=admin.ACTING_GETS)
     _install_error_handlers(app)
     return app
 

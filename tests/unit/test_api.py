@@ -68,12 +68,14 @@ class InProcess:
         self.journal: Journal = parts.journal
         self.feed: Feed = parts.feed
         self.metrics_registry: CollectorRegistry = parts.metrics_registry
+        self.drained = 0
 
     @property
     def stopping(self) -> bool:
         return self.lifecycle.stopping
 
     async def drain(self, deadline: float) -> Assignment | None:
+        self.drained += 1
         return None
 
 
@@ -366,6 +368,40 @@ def test_the_admin_app_has_probes_metrics_drain_and_nothing_else(tmp_path: Path)
         assert (await client.get("/livez")).status_code == 200
 
     run(tmp_path, scenario, admin=True)
+
+
+def test_head_is_get_without_the_body_but_where_get_acts(tmp_path: Path) -> None:
+    """HEAD (RFC 9110: supported wherever GET is) gets GET's status and headers and no
+    body, an event stream's included, which ends with its head; a route that also takes
+    POST keeps HEAD a 405, so HEAD /drain never drains (the admin listener's GET /drain
+    is the kubelet's preStop hook)."""
+
+    async def api(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        for path in ("/assignment", "/livez", "/readyz", "/metrics", "/webhooks", "/", "/docs"):
+            get, head = await client.get(path), await client.head(path)
+            assert head.status_code == get.status_code, path
+            assert head.content == b"", path
+            assert head.headers["content-type"] == get.headers["content-type"], path
+            if path != "/metrics":  # its length changes from one scrape to the next
+                assert head.headers["content-length"] == get.headers["content-length"], path
+        stream = await asyncio.wait_for(client.head("/events"), 10)
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        bad = await client.get("/events?after=x")
+        assert (await client.head("/events?after=x")).status_code == bad.status_code == 400
+        for path in ("/commit", "/enforce-rebalance", "/drain"):
+            assert (await client.head(path)).status_code == 405, path
+        assert (await client.get("/livez")).status_code == 200  # the connection serves on
+
+    async def admin(runtime: InProcess, client: httpx.AsyncClient) -> None:
+        assert (await client.head("/livez")).status_code == 200
+        assert (await client.head("/drain")).status_code == 405
+        assert runtime.drained == 0
+        await client.get("/drain")  # 504 here: this runtime's drain never leaves the group
+        assert runtime.drained == 1
+
+    run(tmp_path / "api", api)
+    run(tmp_path / "admin", admin, admin=True)
 
 
 def test_ready_without_group_is_ready_before_joining(tmp_path: Path) -> None:

@@ -133,14 +133,18 @@ def test_what_the_client_sends_in_time_is_served_past_the_deadline(demo: Demo) -
     assert answered >= 5
 
 
-def _read_response(conn: socket.socket) -> bytes:
-    """One whole response (the head's Content-Length says how long its body is)."""
+def _read_response(conn: socket.socket, body: bool = True) -> bytes:
+    """One whole response's head (its Content-Length says how long the body is; a
+    ``HEAD``'s has none)."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         assert chunk, f"closed after {data!r}"
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
+    if not body:
+        assert rest == b""
+        return head
     length = next(
         int(line.split(b":", 1)[1])
         for line in head.split(b"\r\n")
@@ -208,3 +212,16 @@ def _until(demo: Demo, wanted: int) -> tuple[int, httpx.Headers, bytes]:
         if got[0] == wanted or time.monotonic() > deadline:
             return got
         time.sleep(0.1)
+
+
+def test_head_of_an_event_stream_ends_with_its_head(demo: Demo) -> None:
+    """``curl -I /events``: the stream's status and headers, then the end, and the stream
+    behind it stopped without a word in the log."""
+    with _connect(demo) as conn:
+        conn.sendall(b"HEAD /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = _read_response(conn, body=False)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"text/event-stream" in head
+        conn.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _read_response(conn).startswith(b"HTTP/1.1 200")
+    assert demo.crashes() == []
