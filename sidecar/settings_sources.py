@@ -73,6 +73,11 @@ class _DotEnv(DotEnvSettingsSource):
     def __call__(self) -> dict[str, Any]:
         return _with_kafka_properties(super().__call__(), self.env_vars)
 
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # The named file, whatever it is: the library reads regular files and FIFOs only
+        # and skips anything else without a word (``--env-file /dev/stdin`` on a terminal).
+        return self._read_env_file(Path(str(self.env_file)))
+
     def _read_env_file(self, file_path: Path) -> Mapping[str, str | None]:
         """Read once (a FIFO can be read only once), as UTF-8; a line python-dotenv cannot
         parse is an error, not a warning and a setting silently dropped."""

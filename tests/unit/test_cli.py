@@ -79,6 +79,9 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_ENV_FILE": "/tmp/" + "a" * 300}, "SIDECAR_ENV_FILE"),
         # A settings file without end: read until memory ran out (a MemoryError traceback).
         ({"SIDECAR_CONFIG_FILE": "/dev/zero"}, "larger than 4 MiB"),
+        # A dotenv file that is a device was skipped without a word: the sidecar started
+        # without its settings (``--env-file /dev/stdin`` on a terminal).
+        ({"SIDECAR_ENV_FILE": "/dev/zero"}, "SIDECAR_ENV_FILE: /dev/zero is larger than 4 MiB"),
         # An unknown key inside a webhook entry was "unknown setting 'webhooks' in the
         # settings file (did you mean webhooks?)".
         (
