@@ -228,8 +228,8 @@ class Sidecar:
             loop.add_signal_handler(signum, self._on_signal, signum)
         log.info(
             "sidecar started",
-            api=f"http://{s.api_host}:{self.bound_port}",
-            admin=f"http://{s.admin_host}:{self.admin_port}" if self.admin_port else None,
+            api=_url(s.api_host, self.bound_port),
+            admin=_url(s.admin_host, self.admin_port) if self.admin_port else None,
             group_id=s.group_id,
             topics=list(s.topics),
             protocol=s.protocol_name,
@@ -382,6 +382,10 @@ STOP_STEPS: tuple[StopStep, ...] = (
     StopStep("close the listeners", 6.0, Sidecar.close_listeners),
     StopStep("close the journal", 2.0, _close_journal),
 )
+
+
+def _url(host: str, port: int | None) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _bind_listeners(settings: Settings) -> list[_Listener]:

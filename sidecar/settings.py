@@ -17,6 +17,7 @@ import hashlib
 import ipaddress
 import json
 import re
+import socket
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -157,7 +158,8 @@ class Settings(BaseSettings):
     )
     api_host: str = Field(
         default="127.0.0.1",
-        description="HTTP listener address. Non-loopback requires `SIDECAR_API_TOKEN`.",
+        description="HTTP listener address (an IPv6 one with or without brackets). "
+        "Non-loopback requires `SIDECAR_API_TOKEN`.",
     )
     api_port: int = Field(default=8080, ge=0, le=65535, description="HTTP listener port.")
     api_token: SecretStr | None = Field(
@@ -381,6 +383,15 @@ class Settings(BaseSettings):
         # confluent-kafka's Consumer_init) and refuses a blank strategy at subscribe time.
         if value is not None and value and not value.strip():
             raise ValueError("is blank; leave it unset or give a real value")
+        return value
+
+    @field_validator("api_host", "admin_host")
+    @classmethod
+    def _unbracketed(cls, value: str) -> str:
+        # ``[::1]``, as IPv6 addresses are written in URLs: the socket takes ``::1``.
+        inner = value[1:-1] if value.startswith("[") and value.endswith("]") else None
+        if inner is not None and _is_ipv6(inner):
+            return inner
         return value
 
     @field_validator("webhook_allowed_hosts", mode="before")
@@ -673,13 +684,32 @@ def _is_text(value: object) -> bool:
     return True
 
 
+# inet_aton's digits and dots only (it also takes "127.0.0.1 anything", which the
+# resolver, since glibc 2.32, does not).
+_IPV4_SHORT = re.compile(r"[0-9A-Fa-fXx.]{1,40}")
+
+
 def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        pass
+    if not _IPV4_SHORT.fullmatch(host):
         return False
+    try:  # the forms the resolver also takes for IPv4: 127.1, 0x7f.0.0.1, 2130706433
+        return ipaddress.IPv4Address(socket.inet_aton(host)).is_loopback
+    except OSError:
+        return False
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _librdkafka_text(value: Any) -> Any:

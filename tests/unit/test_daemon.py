@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine
@@ -20,6 +21,7 @@ from sidecar.journal import Journal
 from sidecar.model import TopicPartition
 from sidecar.probes import Lifecycle
 from sidecar.settings import Settings
+from sidecar.settings_sources import load_settings
 from sidecar.testkit.events import draft
 from tests.support.sidecars import free_port
 
@@ -249,3 +251,42 @@ def test_the_loop_runs_between_the_slices_of_a_size_cut(
     assert _prune_under_budget(sidecar, budget, watch) <= budget
     partly = [b for b in seen if budget < b < max(seen)]
     assert partly, f"the loop ran only before and after the cut: {sorted(set(seen))}"
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_a_bracketed_ipv6_address_is_listened_on_and_logged_as_a_url(tmp_path: Path) -> None:
+    """``SIDECAR_API_HOST=[::1]`` (as URLs write it) was refused as not loopback, then
+    could not be bound; the start-up line said ``http://::1:port``."""
+    settings = load_settings(
+        {
+            "SIDECAR_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+            "SIDECAR_GROUP_ID": "g",
+            "SIDECAR_TOPICS": "t",
+            "SIDECAR_DATA_DIR": str(tmp_path),
+            "SIDECAR_API_HOST": "[::1]",
+            "SIDECAR_API_PORT": "0",
+            "SIDECAR_ADMIN_PORT": "-1",
+        }
+    )
+    seen: list[int] = []
+
+    async def probe_then_stop(running: Sidecar) -> None:
+        async with httpx.AsyncClient(timeout=10) as client:
+            seen.append((await client.get(f"http://[::1]:{running.bound_port}/livez")).status_code)
+        running.request_stop()
+
+    sidecar = Sidecar(settings)
+    with capture_logs() as logs:
+        assert asyncio.run(_run(sidecar, probe_then_stop)) == 0
+    assert seen == [200]
+    (started,) = [e for e in logs if e["event"] == "sidecar started"]
+    assert started["api"].startswith("http://[::1]:"), started

@@ -290,3 +290,30 @@ def test_a_settings_file_past_4_mib_is_refused_not_read_whole(tmp_path: Path, ki
     # At the limit it is read (a comment only: nothing set).
     big.write_bytes(b"#" * (MAX_SETTINGS_FILE_BYTES - 1) + b"\n")
     assert load_settings(GOOD, **{kind: big}).group_id == GOOD["SIDECAR_GROUP_ID"]
+
+
+@pytest.mark.parametrize(
+    ("given", "host"),
+    [
+        ("[::1]", "::1"),  # as IPv6 addresses are written in URLs: was refused, then unbindable
+        ("::1", "::1"),
+        ("127.1", "127.1"),  # IPv4 forms the resolver takes: were "not loopback"
+        ("0x7f.0.0.1", "0x7f.0.0.1"),
+        ("2130706433", "2130706433"),
+        ("localhost", "localhost"),
+    ],
+)
+def test_every_way_of_writing_loopback_is_loopback(given: str, host: str) -> None:
+    settings = load_settings({**GOOD, "SIDECAR_API_HOST": given})
+    assert settings.api_host == host
+    assert settings.api_token is None
+
+
+@pytest.mark.parametrize("given", ["10.1", "127.0.0.1 evil", "[::]", "[10.0.0.1]", "0.0.0.0"])
+def test_what_is_not_loopback_still_needs_a_token(given: str) -> None:
+    assert "is not loopback: set SIDECAR_API_TOKEN" in refused({"SIDECAR_API_HOST": given})
+
+
+def test_a_bracketed_admin_address_is_the_address() -> None:
+    settings = load_settings({**GOOD, "SIDECAR_ADMIN_HOST": "[::]"})
+    assert settings.admin_host == "::"
