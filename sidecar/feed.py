@@ -34,14 +34,22 @@ class Feed:
             except asyncio.QueueFull:
                 listener.overflowed = True
 
-    @contextmanager
-    def listen(self) -> Iterator[Listener]:
+    def open(self) -> Listener:
+        """A listener that gets every event published from now on, until ``close``."""
         listener = Listener(self._queue_size)
         self._listeners.add(listener)
+        return listener
+
+    def close(self, listener: Listener) -> None:
+        self._listeners.discard(listener)
+
+    @contextmanager
+    def listen(self) -> Iterator[Listener]:
+        listener = self.open()
         try:
             yield listener
         finally:
-            self._listeners.discard(listener)
+            self.close(listener)
 
     def __len__(self) -> int:
         return len(self._listeners)

@@ -12,8 +12,10 @@ import structlog
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
+from starlette.types import Receive, Scope, Send
 
 from sidecar.errors import BadRequest, ResumeAhead, TooManyStreams
+from sidecar.feed import Feed, Listener
 from sidecar.model import Event
 from sidecar.web.assignment import MAX_SEQUENCE
 from sidecar.web.runtime import Runtime, RuntimeDep, errors
@@ -89,47 +91,66 @@ async def events(
         start = runtime.journal.last_sequence()
     # Read before answering: a journal that fails now is a 503, not an empty stream.
     first = runtime.journal.events_after(start, _HISTORY_BATCH)
-    return EventSourceResponse(_stream(runtime, start, first), ping=_PING_SECONDS)
+    # Counted from here (no await since the check above), for as long as the response runs.
+    listener = runtime.feed.open()
+    return _EventStream(runtime.feed, listener, _stream(runtime, start, first, listener))
+
+
+class _EventStream(EventSourceResponse):
+    """An event stream holding its listener from the request on: released when the
+    response ends, however it ends (also when it never got to stream)."""
+
+    def __init__(
+        self, feed: Feed, listener: Listener, frames: AsyncIterator[dict[str, str]]
+    ) -> None:
+        super().__init__(frames, ping=_PING_SECONDS)
+        self._feed = feed
+        self._listener = listener
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._feed.close(self._listener)
 
 
 async def _stream(
-    runtime: Runtime, start: int, first: list[Event]
+    runtime: Runtime, start: int, first: list[Event], listener: Listener
 ) -> AsyncIterator[dict[str, str]]:
     """The SSE frames; a journal that fails mid-stream ends it (the response has started:
     no status can say so any more), with one log line; the client resumes from its
     ``Last-Event-ID``."""
     try:
-        async for frame in _frames(runtime, start, first):
+        async for frame in _frames(runtime, start, first, listener):
             yield frame
     except sqlite3.Error as exc:
         log.error("journal failed under an event stream: stream ended", error=str(exc))
 
 
 async def _frames(
-    runtime: Runtime, start: int, first: list[Event]
+    runtime: Runtime, start: int, first: list[Event], listener: Listener
 ) -> AsyncIterator[dict[str, str]]:
-    with runtime.feed.listen() as listener:
-        last = start
-        batch = first
-        while True:  # history first, from the journal (read once more while listening)
-            for event in batch:
-                yield sse_frame(event)
-            if batch:
-                last = batch[-1].sequence
-            batch = runtime.journal.events_after(last, _HISTORY_BATCH)
-            if not batch:
-                break
-        while not listener.overflowed:
-            try:
-                event = await asyncio.wait_for(listener.queue.get(), 5.0)
-            except TimeoutError:
-                if runtime.stopping:
-                    return
-                continue
-            if event.sequence <= last:
-                continue
-            if event.sequence > last + 1:  # a gap (events before we listened): read them
-                for missed in runtime.journal.events_after(last, event.sequence - last - 1):
-                    yield sse_frame(missed)
+    last = start
+    batch = first
+    while True:  # history first, from the journal (read once more while listening)
+        for event in batch:
             yield sse_frame(event)
-            last = event.sequence
+        if batch:
+            last = batch[-1].sequence
+        batch = runtime.journal.events_after(last, _HISTORY_BATCH)
+        if not batch:
+            break
+    while not listener.overflowed:
+        try:
+            event = await asyncio.wait_for(listener.queue.get(), 5.0)
+        except TimeoutError:
+            if runtime.stopping:
+                return
+            continue
+        if event.sequence <= last:
+            continue
+        if event.sequence > last + 1:  # a gap (events before we listened): read them
+            for missed in runtime.journal.events_after(last, event.sequence - last - 1):
+                yield sse_frame(missed)
+        yield sse_frame(event)
+        last = event.sequence
