@@ -8,8 +8,6 @@ the journal, so it loses nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from sidecar.model import Event
 
@@ -42,14 +40,6 @@ class Feed:
 
     def close(self, listener: Listener) -> None:
         self._listeners.discard(listener)
-
-    @contextmanager
-    def listen(self) -> Iterator[Listener]:
-        listener = self.open()
-        try:
-            yield listener
-        finally:
-            self.close(listener)
 
     def __len__(self) -> int:
         return len(self._listeners)
