@@ -655,7 +655,9 @@ def test_an_event_stream_whose_journal_fails_ends_cleanly(tmp_path: Path) -> Non
         # A database without the journal's tables: every read is an OperationalError.
         runtime.journal._db = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
         try:
-            frames = [frame async for frame in events_web._stream(runtime, 0, [])]
+            listener = runtime.feed.open()
+            frames = [frame async for frame in events_web._stream(runtime, 0, [], listener)]
+            runtime.feed.close(listener)
         finally:
             runtime.journal._db.close()
             runtime.journal._db = db

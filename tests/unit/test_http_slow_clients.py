@@ -193,7 +193,7 @@ def test_event_streams_past_the_bound_are_503_until_one_ends(demo: Demo) -> None
     finally:
         for conn in burst:  # abruptly, streams included
             conn.close()
-    again = []
+    again: list[socket.socket] = []
     try:
         deadline = time.monotonic() + CLOSED_WITHIN
         while len(again) < STREAMS and time.monotonic() < deadline:
