@@ -215,6 +215,9 @@ class Sidecar:
                     # request head past 16 kB, httptools took a 200 MB header into memory),
                     # with a deadline for reading each request (sidecar.http_protocol).
                     http=deadlined_h11(s.http_request_timeout_ms / 1000),
+                    # Nothing here speaks WebSocket: an upgrade is never taken, wherever a
+                    # WebSocket library happens to be installed.
+                    ws="none",
                 )
             )
             listener.task = loop.create_task(

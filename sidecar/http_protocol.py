@@ -9,7 +9,10 @@ any pod could hold it open by the thousand. Here the client has
 ``SIDECAR_HTTP_REQUEST_TIMEOUT_MS`` from the moment the sidecar waits for a request (the
 connection opened, or the previous response went out) until it has read that whole
 request, head and body; past it the connection is closed. A response may take as long as
-it takes (an event stream never ends): the deadline covers only what the client sends.
+it takes (an event stream never ends): the deadline covers only what the client sends, and
+not the wait of a client that sent ``Expect: 100-continue`` for the sidecar to ask for the
+body. A connection idle after a response is closed by uvicorn after 5 s
+(``timeout_keep_alive``), or by this deadline if it is shorter.
 
 h11 rather than httptools, even where httptools is installed: h11 also gives up on a
 request head still unfinished past 16 kB, where httptools buffered a 200 MB header.
@@ -91,6 +94,14 @@ class DeadlinedH11(H11Protocol):
     def _request_too_slow(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._before and cycle.waiting_for_100_continue:
+            # ``Expect: 100-continue``: the client waits for us to ask for the body, which
+            # uvicorn does only when the application reads it (a route that takes no body
+            # never does, and answers all the same). Not the client's delay: look again
+            # after another period, by when the body has been asked for or the answer sent.
+            self._deadline = self.loop.call_later(self.timeout, self._request_too_slow)
             return
         log.debug(
             "connection closed: no whole request within the deadline",

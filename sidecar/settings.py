@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     )
     http_request_timeout_ms: int = Field(
         default=10_000,
-        ge=100,
+        ge=1_000,
         le=600_000,
         description="Both listeners: a client must send a whole request (head and body) "
         "within this long of the connection opening or of the previous response, or the "

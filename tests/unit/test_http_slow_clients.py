@@ -225,3 +225,19 @@ def test_head_of_an_event_stream_ends_with_its_head(demo: Demo) -> None:
         conn.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert _read_response(conn).startswith(b"HTTP/1.1 200")
     assert demo.crashes() == []
+
+
+def test_a_client_waiting_for_100_continue_gets_its_answer(demo: Demo) -> None:
+    """``Expect: 100-continue`` and a body held back until the sidecar asks for it: a route
+    that reads no body never asks, and answers after the deadline (a long poll of twice
+    it). The answer comes; the connection was not cut while the application answered."""
+    sequence = demo.client.get("/assignment").json()["sequence"]
+    wait = 2 * DEADLINE_MS / 1000
+    with _connect(demo) as conn:
+        conn.sendall(
+            f"GET /assignment?after={sequence + 10**6}&wait={wait} HTTP/1.1\r\n"
+            "Host: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n".encode()
+        )
+        head = _read_response(conn)
+    assert head.startswith(b"HTTP/1.1 200 "), head  # the long poll's answer: no change
+    assert demo.crashes() == []
