@@ -15,9 +15,10 @@ import sqlite3
 from typing import Any
 
 import structlog
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sidecar.errors import (
@@ -51,14 +52,17 @@ def create_app(runtime: Runtime, *, command_timeout: float = COMMAND_TIMEOUT_SEC
         summary="Kafka consumer-group rebalances for any application, across a process boundary.",
         responses=errors(400, 413, 422),
     )
-    app.include_router(assignment.router)
     app.add_middleware(assignment.AssignmentFastPath, runtime=runtime)
-    app.include_router(control.router)
-    app.include_router(webhooks.router)
-    app.include_router(events.router)
-    app.include_router(probes.router)
-    app.include_router(group_router(runtime))
-    app.include_router(page_router())
+    for router in (
+        assignment.router,
+        control.router,
+        webhooks.router,
+        events.router,
+        probes.router,
+        group_router(runtime),
+        page_router(),
+    ):
+        _include(app, router)
     return app
 
 
@@ -72,8 +76,8 @@ def create_admin_app(runtime: Runtime) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    app.include_router(probes.router)
-    app.include_router(admin.router)
+    _include(app, probes.router)
+    _include(app, admin.router)
     return app
 
 
@@ -82,9 +86,19 @@ def _app(runtime: Runtime, command_timeout: float, **options: Any) -> FastAPI:
     app.state.runtime = runtime
     app.state.command_timeout = command_timeout
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
-    app.add_middleware(HeadAsGet, acting_gets=admin.ACTING_GETS)
+    app.state.get_only_routes = []
+    app.add_middleware(HeadAsGet, routes=app.state.get_only_routes)
     _install_error_handlers(app)
     return app
+
+
+def _include(app: FastAPI, router: APIRouter) -> None:
+    """Include ``router``; its routes that take GET and nothing else answer HEAD too
+    (``sidecar.web.head``: a route that also takes POST may act on a GET)."""
+    app.include_router(router)
+    app.state.get_only_routes.extend(
+        route for route in router.routes if isinstance(route, APIRoute) and route.methods == {"GET"}
+    )
 
 
 def _install_error_handlers(app: FastAPI) -> None:

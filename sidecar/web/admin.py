@@ -19,10 +19,6 @@ from sidecar.web.runtime import RuntimeDep, errors
 
 router = APIRouter(tags=["admin"], dependencies=MayDrain)
 
-#: Paths whose ``GET`` acts: a ``HEAD`` must not be served as their ``GET``
-#: (``sidecar.web.head``).
-ACTING_GETS = frozenset({"/drain"})
-
 
 @router.api_route(
     "/drain", methods=["GET", "POST"], response_model=DrainOut, responses=errors(401, 403, 504)
