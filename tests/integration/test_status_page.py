@@ -8,6 +8,7 @@ and show the failing webhook as failing.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,3 +197,33 @@ def test_the_page_starts_over_when_the_sidecar_comes_back_with_another_journal(
             " && document.querySelector('#live').textContent === 'live'"
         )
         assert page.locator("#timeline li.event").count() >= 1
+
+
+def test_the_page_backs_off_while_the_sidecar_serves_no_more_streams(
+    sidecar_factory: Callable[..., Sidecar],
+    topic_factory: Callable[[int], str],
+    group_id: str,
+) -> None:
+    """At ``SIDECAR_EVENT_STREAMS_MAX`` the page's stream is a 503, which closes it for
+    good; the page reloads to start over, waiting twice as long each time (it reloaded
+    every 2 s), and is live once a place is free, its back-off forgotten."""
+    topic = topic_factory(PARTITIONS)
+    sidecar = sidecar_factory(group_id, topic, extra_env={"SIDECAR_EVENT_STREAMS_MAX": "1"})
+    wait_until(lambda: sidecar.assignment()["state"] == "stable", 90, "the sidecar stable")
+    held = socket.create_connection(("127.0.0.1", sidecar.port), timeout=30)
+    try:
+        held.sendall(
+            b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        assert held.recv(65536).startswith(b"HTTP/1.1 200")
+        with chromium() as page:
+            page.set_default_timeout(60_000)
+            page.goto(f"http://127.0.0.1:{sidecar.port}/")
+            delay = "() => Number(sessionStorage.getItem('rebalance-sidecar.reloadDelay'))"
+            page.wait_for_function(f"() => ({delay})() >= 8000")  # 2, 4, then 8 s
+            assert page.locator("#live").text_content() == "reconnecting…"
+            held.close()
+            page.wait_for_function("() => document.querySelector('#live').textContent === 'live'")
+            assert page.evaluate(delay) == 0
+    finally:
+        held.close()

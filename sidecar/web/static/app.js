@@ -285,6 +285,8 @@ function renderStrip() {
   }
 }
 
+const RELOAD_DELAY = "rebalance-sidecar.reloadDelay"; // ms before the next reload, per tab
+
 async function followEvents() {
   const since = state.assignment ? Math.max(0, state.assignment.sequence - 100) : 0;
   try {
@@ -301,14 +303,21 @@ async function followEvents() {
   source.onopen = () => {
     live.textContent = "live";
     live.className = "live on";
+    sessionStorage.removeItem(RELOAD_DELAY);
   };
   source.onerror = () => {
     live.textContent = "reconnecting…";
     live.className = "live off";
     // Closed for good: the sidecar answered the reconnect with an error instead of the
-    // stream (409: it came back with another journal, its numbering restarted). The
-    // browser retries no more; start over from what the sidecar has now.
-    if (source.readyState === EventSource.CLOSED) setTimeout(() => location.reload(), 2000);
+    // stream (409: it came back with another journal, its numbering restarted; 503: as
+    // many streams as it serves are open). The browser retries no more; start over from
+    // what the sidecar has now, after 2 s, then twice as long each time in a row (up to a
+    // minute), so tabs kept open at the stream bound do not reload every 2 s.
+    if (source.readyState === EventSource.CLOSED) {
+      const delay = Math.min(60000, 2 * Number(sessionStorage.getItem(RELOAD_DELAY) || 1000));
+      sessionStorage.setItem(RELOAD_DELAY, String(delay));
+      setTimeout(() => location.reload(), delay);
+    }
   };
   const onEvent = (message) => {
     let event;
