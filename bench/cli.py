@@ -25,6 +25,7 @@ from bench.common import (
     Table,
     Target,
     machine,
+    shipped_python,
 )
 
 SECTIONS: dict[str, str] = {
@@ -170,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[SectionResult] = []
     broker_needed = bool(NEEDS_KAFKA & set(chosen))
     with _broker(args.bootstrap, args.kafka_port, broker_needed, say) as bootstrap:
-        ctx = Context(bootstrap or "", sizes, args.work_dir.resolve(), say, load_tool)
+        ctx = Context(
+            bootstrap or "", sizes, args.work_dir.resolve(), say, load_tool, shipped_python()
+        )
         for name in chosen:
             module = __import__(SECTIONS[name], fromlist=["run"])
             runner: Callable[[Context], SectionResult] = module.run

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -69,9 +68,9 @@ def bare_join(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
         member.stop()
 
 
-def import_seconds() -> float:
+def import_seconds(python: str) -> float:
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import sidecar.daemon"], cwd=REPO, check=True)
+    subprocess.run([python, "-c", "import sidecar.daemon"], cwd=REPO, check=True)
     return time.monotonic() - started
 
 
@@ -88,7 +87,7 @@ def run(ctx: Context) -> SectionResult:
     http_ready: list[float] = []
     assigned: list[float] = []
     joins: list[float] = []
-    imports = [import_seconds() for _ in range(ctx.sizes.starts)]
+    imports = [import_seconds(ctx.sidecar_python) for _ in range(ctx.sizes.starts)]
     sidecar = None
     try:
         for i in range(ctx.sizes.starts):
@@ -96,7 +95,12 @@ def run(ctx: Context) -> SectionResult:
             if sidecar is not None:
                 stop(sidecar)
             sidecar = shipped_sidecar(
-                ctx.bootstrap, unique("bench-footprint"), topic, root / f"start-{i}", webhook
+                ctx.bootstrap,
+                unique("bench-footprint"),
+                topic,
+                root / f"start-{i}",
+                webhook,
+                ctx.sidecar_python,
             )
             started = start_timed(sidecar)
             http_ready.append(started.http_ready)

@@ -75,7 +75,9 @@ def run(ctx: Context) -> SectionResult:
     )
     root = ctx.work_dir / f"http-{uuid.uuid4().hex[:8]}"
     topic = create_topic(ctx.bootstrap, PARTITIONS)
-    sidecar = shipped_sidecar(ctx.bootstrap, unique("bench-http"), topic, root / "sidecar", None)
+    sidecar = shipped_sidecar(
+        ctx.bootstrap, unique("bench-http"), topic, root / "sidecar", None, ctx.sidecar_python
+    )
     apps: list[BaselineProcess] = []
     rounds: dict[str, list[Load]] = {"sidecar": [], "fastapi": [], "asgi": []}
     try:

@@ -213,6 +213,7 @@ def _measure(ctx: Context, receiver: ReceiverProcess, n: int, rebalances: int) -
         webhooks=webhooks,
         extra_env={"SIDECAR_LOG_LEVEL": "warning"},
         name=name,
+        python=ctx.sidecar_python,
     ).start()
     ours: list[Record] = []
     sent: dict[str, float] = {}  # baseline message id -> just before its POST

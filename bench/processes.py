@@ -12,7 +12,7 @@ import httpx
 import psutil
 
 from bench.common import REPO
-from sidecar.testkit.sidecars import COMMAND, Sidecar
+from sidecar.testkit.sidecars import Sidecar
 
 # librdkafka's and the sidecar's defaults, spelled out: the test wrapper's fast group
 # settings would make an idle sidecar heartbeat six times as often as a shipped one.
@@ -33,7 +33,12 @@ class Started:
 
 
 def shipped_sidecar(
-    bootstrap: str, group: str, topic: str, data_dir: Path, webhook: dict[str, str] | None
+    bootstrap: str,
+    group: str,
+    topic: str,
+    data_dir: Path,
+    webhook: dict[str, str] | None,
+    python: str,
 ) -> Sidecar:
     return Sidecar(
         bootstrap,
@@ -45,6 +50,7 @@ def shipped_sidecar(
         webhooks=[webhook] if webhook else None,
         extra_env=SHIPPED,
         name=data_dir.name,
+        python=python,
     )
 
 
@@ -53,7 +59,7 @@ def start_timed(sidecar: Sidecar, timeout: float = 60.0) -> Started:
     log = sidecar.log_path.open("ab")
     spawned = time.monotonic()
     sidecar.process = subprocess.Popen(
-        COMMAND,
+        sidecar.command,
         env=sidecar.env,
         stdout=log,
         stderr=subprocess.STDOUT,

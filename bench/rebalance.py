@@ -234,6 +234,7 @@ class SidecarGroup:
                 ],
                 extra_env=SIDECAR_ENV,
                 name=name,
+                python=ctx.sidecar_python,
             )
             for name in self.paths
         ]

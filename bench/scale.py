@@ -199,7 +199,12 @@ def _assignment_sizes(ctx: Context, result: SectionResult) -> None:
         topics = ",".join(create_topic(ctx.bootstrap, per_topic) for _ in range(TOPICS))
         group = unique("bench-scale-assign")
         sidecar = shipped_sidecar(
-            ctx.bootstrap, group, topics, ctx.work_dir / f"assign-{uuid.uuid4().hex[:6]}", None
+            ctx.bootstrap,
+            group,
+            topics,
+            ctx.work_dir / f"assign-{uuid.uuid4().hex[:6]}",
+            None,
+            ctx.sidecar_python,
         )
         try:
             started = start_timed(sidecar, timeout=120)

@@ -2,12 +2,12 @@
 # Set up everything on a fresh machine: the virtualenv and the package with its extras.
 # Idempotent and quiet when nothing changed (a stamp records what was installed).
 #
-#   scripts/bootstrap.sh [extras]     default extras: dev,analytics
+#   scripts/bootstrap.sh [extras]     default extras: dev,analytics; "" for none
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$REPO/.venv}"
-EXTRAS="${1:-dev,analytics}"
+EXTRAS="${1-dev,analytics}"  # "": the runtime dependencies only (what the image installs)
 PYTHON="${PYTHON:-python3}"
 STAMP="$VENV/.bootstrap-stamp"
 
@@ -23,9 +23,10 @@ want="$(cat "$REPO/pyproject.toml" "$REPO/constraints.txt" 2>/dev/null | sha256s
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
-echo "bootstrap: installing rebalance-sidecar[$EXTRAS] into $VENV" >&2
+target="$REPO${EXTRAS:+[$EXTRAS]}"
+echo "bootstrap: installing rebalance-sidecar${EXTRAS:+[$EXTRAS]} into $VENV" >&2
 constraints=()
 [[ -f "$REPO/constraints.txt" ]] && constraints=(-c "$REPO/constraints.txt")
 "$VENV/bin/pip" install --quiet --upgrade pip </dev/null >&2
-"$VENV/bin/pip" install --quiet "${constraints[@]}" -e "$REPO[$EXTRAS]" </dev/null >&2
+"$VENV/bin/pip" install --quiet "${constraints[@]}" -e "$target" </dev/null >&2
 printf '%s\n' "$want" >"$STAMP"

@@ -108,8 +108,11 @@ class Sidecar:
         webhooks: list[dict[str, Any]] | None = None,
         extra_env: dict[str, str] | None = None,
         name: str = "sidecar",
+        python: str | None = None,
     ) -> None:
         self.name = name
+        # The interpreter (the benchmark's: a virtualenv with the runtime dependencies only).
+        self.command = [python or sys.executable, *COMMAND[1:]]
         self.port = free_port()
         self.admin_port = free_port()  # never the default 8081: sidecars run side by side
         self.data_dir = data_dir
@@ -167,7 +170,7 @@ class Sidecar:
     def start(self) -> Sidecar:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            COMMAND,
+            self.command,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
