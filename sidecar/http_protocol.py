@@ -47,7 +47,11 @@ class DeadlinedH11(H11Protocol):
 
     def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
+        # When the awaited request must have been read (loop time), None when not waiting.
+        # The timer is not moved for every request (a keep-alive client sends hundreds a
+        # second): when it fires before the due time it is set again for it.
+        self._due: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         # The request cycle that was current when the wait began (None: the first request):
         # a cycle other than this one, with its body read, is the awaited request.
         self._before: RequestResponseCycle | None = None
@@ -68,32 +72,34 @@ class DeadlinedH11(H11Protocol):
             self._check_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_deadline()
+        self._due = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def _await_request(self, before: RequestResponseCycle | None) -> None:
         self._before = before
-        self._cancel_deadline()
-        self._deadline = self.loop.call_later(self.timeout, self._request_too_slow)
+        self._due = self.loop.time() + self.timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._due, self._on_timer)
 
     def _check_read(self) -> None:
         cycle = self.cycle
         if (
-            self._deadline is not None
+            self._due is not None
             and cycle is not None
             and cycle is not self._before
             and not cycle.more_body
         ):
-            self._cancel_deadline()
+            self._due = None
 
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _request_too_slow(self) -> None:
-        self._deadline = None
-        if self.transport.is_closing():
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._due is None or self.transport.is_closing():
+            return
+        if self.loop.time() < self._due:  # a later request is awaited: wait for its due time
+            self._timer = self.loop.call_at(self._due, self._on_timer)
             return
         cycle = self.cycle
         if cycle is not None and cycle is not self._before and cycle.waiting_for_100_continue:
@@ -101,7 +107,8 @@ class DeadlinedH11(H11Protocol):
             # uvicorn does only when the application reads it (a route that takes no body
             # never does, and answers all the same). Not the client's delay: look again
             # after another period, by when the body has been asked for or the answer sent.
-            self._deadline = self.loop.call_later(self.timeout, self._request_too_slow)
+            self._due = self.loop.time() + self.timeout
+            self._timer = self.loop.call_at(self._due, self._on_timer)
             return
         log.debug(
             "connection closed: no whole request within the deadline",
