@@ -102,11 +102,18 @@ class DeadlinedH11(H11Protocol):
             self._timer = self.loop.call_at(self._due, self._on_timer)
             return
         cycle = self.cycle
-        if cycle is not None and cycle is not self._before and cycle.waiting_for_100_continue:
+        if (
+            cycle is not None
+            and cycle is not self._before
+            and cycle.waiting_for_100_continue
+            and self.conn.they_are_waiting_for_100_continue
+        ):
             # ``Expect: 100-continue``: the client waits for us to ask for the body, which
             # uvicorn does only when the application reads it (a route that takes no body
             # never does, and answers all the same). Not the client's delay: look again
             # after another period, by when the body has been asked for or the answer sent.
+            # (h11's flag, not only uvicorn's: a client that sends its body anyway is no
+            # longer waiting, and a trickled body is its own delay.)
             self._due = self.loop.time() + self.timeout
             self._timer = self.loop.call_at(self._due, self._on_timer)
             return

@@ -13,13 +13,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
 
+from sidecar.http_protocol import deadlined_h11
 from tests.support.demo import Demo, running_demo, wait_for_the_group
 
 DEADLINE_MS = 1_500
@@ -241,3 +245,48 @@ def test_a_client_waiting_for_100_continue_gets_its_answer(demo: Demo) -> None:
         head = _read_response(conn)
     assert head.startswith(b"HTTP/1.1 200 "), head  # the long poll's answer: no change
     assert demo.crashes() == []
+
+
+def test_a_body_trickled_after_expect_100_continue_is_still_cut_off() -> None:
+    """``Expect: 100-continue`` spares only a client that waits to be asked for its body:
+    one that sends it anyway, a byte at a time, is closed at the deadline like any other
+    (it was kept until the application answered: a minute here)."""
+
+    async def never_reads(scope: Scope, receive: Receive, send: Send) -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> bool:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        config = uvicorn.Config(
+            never_reads, http=deadlined_h11(DEADLINE_MS / 1000), ws="none", lifespan="off"
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+            await asyncio.sleep(0.01)
+        try:
+            return await asyncio.to_thread(_trickle_after_expect, sock.getsockname()[1])
+        finally:
+            server.should_exit = True
+            server.force_exit = True
+            await task
+            sock.close()
+
+    assert asyncio.run(main())
+
+
+def _trickle_after_expect(port: int) -> bool:
+    stop = threading.Event()
+    with socket.create_connection(("127.0.0.1", port), timeout=CLOSED_WITHIN) as conn:
+        conn.sendall(
+            b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+        )
+        trickle = threading.Thread(target=_trickle, args=(conn, b"{" * 200, stop), daemon=True)
+        trickle.start()
+        try:
+            return _closed_by_peer(conn)
+        finally:
+            stop.set()
