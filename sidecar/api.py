@@ -95,6 +95,8 @@ def _app(runtime: Runtime, command_timeout: float, **options: Any) -> FastAPI:
 def _include(app: FastAPI, router: APIRouter) -> None:
     """Include ``router``; its routes that take GET and nothing else answer HEAD too
     (``sidecar.web.head``: a route that also takes POST may act on a GET)."""
+    if router.prefix:  # the routes would match their paths without it
+        raise ValueError(f"a router with a prefix ({router.prefix}) needs HEAD matching of its own")
     app.include_router(router)
     app.state.get_only_routes.extend(
         route for route in router.routes if isinstance(route, APIRoute) and route.methods == {"GET"}

@@ -388,7 +388,9 @@ STOP_STEPS: tuple[StopStep, ...] = (
 
 
 def _url(host: str, port: int | None) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    if ":" in host:  # IPv6, its zone's "%" escaped as URLs write it (RFC 6874)
+        return f"http://[{host.replace('%', '%25')}]:{port}"
+    return f"http://{host}:{port}"
 
 
 def _bind_listeners(settings: Settings) -> list[_Listener]:

@@ -21,11 +21,12 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from starlette.types import Message, Receive, Scope, Send
 
+from sidecar import api as api_module
 from sidecar.api import MAX_BODY_BYTES, create_admin_app, create_app
 from sidecar.commands import Commit
 from sidecar.components import Components, build_components
@@ -773,3 +774,11 @@ def test_webhooks_past_the_limit_are_refused_until_one_is_deleted(tmp_path: Path
         assert (await client.post("/webhooks", json=hook)).status_code == 201
 
     run(tmp_path, scenario, webhook_max_count=2)
+
+
+def test_a_router_with_a_prefix_is_refused_rather_than_served_head_wrongly() -> None:
+    """HEAD matching uses the routers' own routes, whose paths do not carry a prefix."""
+    app = FastAPI()
+    app.state.get_only_routes = []
+    with pytest.raises(ValueError, match="prefix"):
+        api_module._include(app, APIRouter(prefix="/v1"))

@@ -290,3 +290,9 @@ def test_a_bracketed_ipv6_address_is_listened_on_and_logged_as_a_url(tmp_path: P
     assert seen == [200]
     (started,) = [e for e in logs if e["event"] == "sidecar started"]
     assert started["api"].startswith("http://[::1]:"), started
+
+
+def test_listener_urls_write_ipv6_as_urls_do() -> None:
+    assert daemon._url("127.0.0.1", 8080) == "http://127.0.0.1:8080"
+    assert daemon._url("::1", 8080) == "http://[::1]:8080"
+    assert daemon._url("fe80::1%eth0", 8080) == "http://[fe80::1%25eth0]:8080"  # RFC 6874

@@ -303,7 +303,11 @@ async function followEvents() {
   source.onopen = () => {
     live.textContent = "live";
     live.className = "live on";
-    sessionStorage.removeItem(RELOAD_DELAY);
+    try {
+      sessionStorage.removeItem(RELOAD_DELAY);
+    } catch (_) {
+      // no sessionStorage: nothing was kept
+    }
   };
   source.onerror = () => {
     live.textContent = "reconnecting…";
@@ -314,8 +318,13 @@ async function followEvents() {
     // what the sidecar has now, after 2 s, then twice as long each time in a row (up to a
     // minute), so tabs kept open at the stream bound do not reload every 2 s.
     if (source.readyState === EventSource.CLOSED) {
-      const delay = Math.min(60000, 2 * Number(sessionStorage.getItem(RELOAD_DELAY) || 1000));
-      sessionStorage.setItem(RELOAD_DELAY, String(delay));
+      let delay = 2000;
+      try {
+        delay = Math.min(60000, 2 * Number(sessionStorage.getItem(RELOAD_DELAY) || 1000));
+        sessionStorage.setItem(RELOAD_DELAY, String(delay));
+      } catch (_) {
+        // no sessionStorage (a sandboxed frame): every 2 s, as before
+      }
       setTimeout(() => location.reload(), delay);
     }
   };
