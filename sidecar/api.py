@@ -12,6 +12,7 @@ The routers live in ``sidecar.web``; every domain error is mapped to its status 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -48,59 +49,64 @@ def create_app(runtime: Runtime, *, command_timeout: float = COMMAND_TIMEOUT_SEC
     app = _app(
         runtime,
         command_timeout,
+        (
+            assignment.router,
+            control.router,
+            webhooks.router,
+            events.router,
+            probes.router,
+            group_router(runtime),
+            page_router(),
+        ),
         title="rebalance-sidecar",
         summary="Kafka consumer-group rebalances for any application, across a process boundary.",
         responses=errors(400, 413, 422),
     )
     app.add_middleware(assignment.AssignmentFastPath, runtime=runtime)
-    for router in (
-        assignment.router,
-        control.router,
-        webhooks.router,
-        events.router,
-        probes.router,
-        group_router(runtime),
-        page_router(),
-    ):
-        _include(app, router)
     return app
 
 
 def create_admin_app(runtime: Runtime) -> FastAPI:
     """Probes, metrics and the drain; no docs (nothing here is for people to explore)."""
-    app = _app(
+    return _app(
         runtime,
         COMMAND_TIMEOUT_SECONDS,
+        (probes.router, admin.router),
         title="rebalance-sidecar admin",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
-    _include(app, probes.router)
-    _include(app, admin.router)
-    return app
 
 
-def _app(runtime: Runtime, command_timeout: float, **options: Any) -> FastAPI:
+def _app(
+    runtime: Runtime, command_timeout: float, routers: Sequence[APIRouter], **options: Any
+) -> FastAPI:
     app = FastAPI(version=VERSION, **options)
     app.state.runtime = runtime
     app.state.command_timeout = command_timeout
+    for router in routers:
+        app.include_router(router)
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
-    app.state.get_only_routes = []
-    app.add_middleware(HeadAsGet, routes=app.state.get_only_routes)
+    app.add_middleware(HeadAsGet, routes=get_only_routes(routers))
     _install_error_handlers(app)
     return app
 
 
-def _include(app: FastAPI, router: APIRouter) -> None:
-    """Include ``router``; its routes that take GET and nothing else answer HEAD too
-    (``sidecar.web.head``: a route that also takes POST may act on a GET)."""
-    if router.prefix:  # the routes would match their paths without it
-        raise ValueError(f"a router with a prefix ({router.prefix}) needs HEAD matching of its own")
-    app.include_router(router)
-    app.state.get_only_routes.extend(
-        route for route in router.routes if isinstance(route, APIRoute) and route.methods == {"GET"}
-    )
+def get_only_routes(routers: Sequence[APIRouter]) -> list[APIRoute]:
+    """The routes that take GET and nothing else: they answer HEAD too (``sidecar.web.head``;
+    a route that also takes POST may act on a GET)."""
+    for router in routers:
+        if router.prefix:  # its routes would be matched without it
+            raise ValueError(
+                f"a router with a prefix ({router.prefix}) needs HEAD matching of its own"
+            )
+    return [
+        route
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.methods == {"GET"}
+    ]
 
 
 def _install_error_handlers(app: FastAPI) -> None:

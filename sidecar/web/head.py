@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 class HeadAsGet:
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
         self.app = app
-        self.routes = routes  # the routes that take GET only (filled as routers are included)
+        self.routes = routes  # the routes that take GET and nothing else
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "HEAD":

@@ -76,8 +76,7 @@ _DESCRIPTIONS = {
     413: "Body too large",
     422: "Invalid request",
     503: "The member is busy, Kafka refused, the journal failed, or too many event streams "
-    "are open (retry after "
-    "`Retry-After` seconds)",
+    "are open (retry after `Retry-After` seconds)",
     504: "Did not happen before the deadline",
 }
 

@@ -59,6 +59,8 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         ({"SIDECAR_WEBHOOKS": '[{"url": "http://x"}]'}, "SIDECAR_WEBHOOKS"),  # no secret
         ({"SIDECAR_REVOKE_TIMEOUT_MS": "299000"}, "max.poll.interval.ms"),
         ({"SIDECAR_API_HOST": "0.0.0.0"}, "SIDECAR_API_TOKEN"),
+        ({"SIDECAR_HTTP_REQUEST_TIMEOUT_MS": "500"}, "SIDECAR_HTTP_REQUEST_TIMEOUT_MS"),
+        ({"SIDECAR_EVENT_STREAMS_MAX": "0"}, "SIDECAR_EVENT_STREAMS_MAX"),
         # a host the resolver cannot encode (IDNA): a TypeError traceback at the bind
         ({"SIDECAR_ADMIN_HOST": "\u200b"}, "'\\u200b':0 (SIDECAR_ADMIN_HOST/SIDECAR_ADMIN_PORT)"),
         ({"SIDECAR_API_HOST": "pod-0\u2028", "SIDECAR_API_TOKEN": "t"}, "SIDECAR_API_HOST"),
