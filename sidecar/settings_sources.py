@@ -126,8 +126,8 @@ def _refuse_past_the_cap(size: int, path: Path, variable: str) -> None:
 def _check_named_file(path: Path, variable: str) -> None:
     """A file that was named must exist and not be a directory (a FIFO or a device is
     fine: ``--env-file <(vault read ...)``, ``/dev/stdin``); ``InvalidSettings`` otherwise,
-    also when the path
-    cannot even be looked at (a name too long, a directory not searchable)."""
+    also when the path cannot even be looked at (a name too long, a directory not
+    searchable)."""
     try:
         if not path.exists():
             raise InvalidSettings(f"{variable}: cannot read {path}: no such file")
