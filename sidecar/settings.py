@@ -17,7 +17,6 @@ import hashlib
 import ipaddress
 import json
 import re
-import socket
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +40,7 @@ from pydantic_settings import (
 from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
 from sidecar.kafka_properties import kafka_property_variable
+from sidecar.loopback import is_loopback
 
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
 ENV_FILE_ENV = "SIDECAR_ENV_FILE"
@@ -590,7 +590,7 @@ class Settings(BaseSettings):
                 "assignment_strategy applies to group_protocol=classic only; with "
                 "group_protocol=consumer the broker assigns (see group.remote.assignor)"
             )
-        if not _is_loopback(self.api_host) and self.api_token is None:
+        if not is_loopback(self.api_host) and self.api_token is None:
             raise ValueError(
                 f"api_host={self.api_host} is not loopback: set SIDECAR_API_TOKEN so mutating "
                 "endpoints are not open to the network"
@@ -682,26 +682,6 @@ def _is_text(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_is_text(v) for v in value)
     return True
-
-
-# inet_aton's digits and dots only (it also takes "127.0.0.1 anything", which the
-# resolver, since glibc 2.32, does not).
-_IPV4_SHORT = re.compile(r"[0-9A-Fa-fXx.]{1,40}")
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    if not _IPV4_SHORT.fullmatch(host):
-        return False
-    try:  # the forms the resolver also takes for IPv4: 127.1, 0x7f.0.0.1, 2130706433
-        return ipaddress.IPv4Address(socket.inet_aton(host)).is_loopback
-    except OSError:
-        return False
 
 
 def _is_ipv6(text: str) -> bool:

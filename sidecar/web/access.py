@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -27,6 +26,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from sidecar.errors import Forbidden, Unauthorized
+from sidecar.loopback import is_loopback
 from sidecar.web.runtime import RuntimeDep
 
 bearer = HTTPBearer(
@@ -50,18 +50,6 @@ def _matches(given: str, expected: str) -> bool:
     return secrets.compare_digest(given.encode(), expected.encode())
 
 
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
 def names_loopback(host_header: str | None) -> bool:
     """Is this ``Host`` header loopback: ``127.0.0.1:8080``, ``[::1]``, ``localhost``?"""
     if not host_header:
@@ -71,7 +59,7 @@ def names_loopback(host_header: str | None) -> bool:
         host = host[1 : host.find("]")] if "]" in host else ""
     elif host.count(":") == 1:
         host = host.split(":", 1)[0]
-    return host == "localhost" or is_loopback(host)
+    return is_loopback(host)
 
 
 def refuse_cross_site(request: Request) -> None:

@@ -567,11 +567,18 @@ def test_without_a_token_a_rebound_dns_name_is_refused(tmp_path: Path) -> None:
         assert answer.status_code == 403, answer.text
         assert "Host" in answer.json()["error"]
         assert runtime.registry.list() == []
-        for name in ("localhost", "127.0.0.1", "[::1]"):
+        # Every name the listener accepts as loopback to bind (settings), so a client
+        # writing the address it was given is served: 127.1 and 2130706433 were refused.
+        for name in ("localhost", "LocalHost", "127.0.0.1", "[::1]", "127.1", "2130706433"):
             loopback = {"Host": f"{name}:{client.base_url.port}"}
             webhook = {"url": "http://127.0.0.1:9/hook", "mode": "async"}
             answer = await client.post("/webhooks", json=webhook, headers=loopback)
             assert answer.status_code == 201, (name, answer.text)
+        for name in ("10.1", "127.0.0.1 evil", "[::ffff:10.0.0.1]", "localhost.evil.example"):
+            elsewhere = {"Host": f"{name}:{client.base_url.port}"}
+            webhook = {"url": "http://127.0.0.1:9/other", "mode": "async"}
+            answer = await client.post("/webhooks", json=webhook, headers=elsewhere)
+            assert answer.status_code == 403, (name, answer.text)
 
     run(tmp_path, scenario)
 
