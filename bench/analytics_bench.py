@@ -266,6 +266,8 @@ class StreamRun:
     batches: int
     max_lag: float
     trigger: float
+    last_lag: float = float("nan")  # the last micro-batch's: does the lag grow with time?
+    window: float | None = None  # --window-seconds of the stream (event time)
 
     @property
     def keeps_up(self) -> bool:
@@ -280,6 +282,7 @@ def stream_run(
     rate: int,
     seconds: float,
     trigger: float,
+    window: float | None = None,
 ) -> StreamRun:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -296,6 +299,7 @@ def stream_run(
         output=output,
         trigger_seconds=trigger,
         starting_offsets="earliest",
+        window_seconds=window,
     )
     query, refresher = start_stream(spark, options)
     sent = 0
@@ -323,6 +327,8 @@ def stream_run(
         batches=len(lags),
         max_lag=max(lags) if lags and caught_up else float("inf"),
         trigger=trigger,
+        last_lag=lags[-1] if lags and caught_up else float("inf"),
+        window=window,
     )
 
 
@@ -348,9 +354,11 @@ def streaming_lines(
         f"within two triggers of its oldest record"
     ]
     for run in streams:
+        window = "all events" if run.window is None else f"window {run.window:g}s"
         lines.append(
-            f"  {run.rate:>7,} events/s: {run.sent:,} sent, {run.batches} batches, "
-            f"max lag {run.max_lag:.1f}s -> {'keeps up' if run.keeps_up else 'falls behind'}"
+            f"  {run.rate:>7,} events/s ({window}): {run.sent:,} sent, {run.batches} batches, "
+            f"max lag {run.max_lag:.1f}s, last {run.last_lag:.1f}s -> "
+            f"{'keeps up' if run.keeps_up else 'falls behind'}"
         )
     kept = [run.rate for run in streams if run.keeps_up]
     lines.append(
@@ -405,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stream-seconds", type=float, default=60.0)
     parser.add_argument("--trigger-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--stream-windows",
+        type=lambda text: [None if w == "all" else float(w) for w in text.split(",")],
+        default=[None],
+        help="streaming: --window-seconds of event time to run each rate with, "
+        "comma-separated, 'all' for none (default all)",
+    )
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092"),
@@ -486,8 +501,10 @@ def main(argv: list[str] | None = None) -> int:
             rate,
             args.stream_seconds,
             args.trigger_seconds,
+            window,
         )
         for rate in args.stream_rates
+        for window in args.stream_windows
     ]
 
     print(f"analytics batch job on {args.master}, {args.groups} groups, seed {args.seed}")

@@ -64,6 +64,8 @@ def one_line(message: str) -> str:
 # batch job. A stream stopped after more than a year: leave the timeout out.
 TRIGGER_SECONDS = bounded_float(0.001, 86_400)
 TIMEOUT_SECONDS = bounded_float(0.001, 365 * 86_400)
+# A window of event time: at least a second, at most ten years.
+WINDOW_SECONDS = bounded_float(1, 10 * 365 * 86_400)
 # spark.sql.shuffle.partitions is a Java int.
 PARTITIONS = bounded_int(1, 2**31 - 1)
 
@@ -111,6 +113,8 @@ def dir_path(text: str) -> Path:
 
 
 def check_job(args: argparse.Namespace, managed: bool) -> None:
+    if args.window_seconds is not None and not args.stream:
+        raise UsageError("--window-seconds applies to --stream only (a batch run reads all)")
     for text in args.input:
         if is_kafka_url(text):
             _check_kafka_url(text)

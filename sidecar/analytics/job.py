@@ -35,6 +35,7 @@ from .arguments import (
     PARTITIONS,
     TIMEOUT_SECONDS,
     TRIGGER_SECONDS,
+    WINDOW_SECONDS,
     JobError,
     Parser,
     UsageError,
@@ -127,6 +128,14 @@ def parser() -> argparse.ArgumentParser:
         type=TRIGGER_SECONDS,
         default=30.0,
         help="streaming: seconds between micro-batches (default %(default)s)",
+    )
+    p.add_argument(
+        "--window-seconds",
+        type=WINDOW_SECONDS,
+        default=None,
+        help="streaming: build the tables from the events of this much event time up to "
+        "the newest read, not from all read so far, so that a micro-batch costs the same "
+        "however long the stream has run (default: all)",
     )
     p.add_argument(
         "--timeout-seconds",
@@ -394,6 +403,7 @@ def _run(args: argparse.Namespace, managed_session: bool, interrupt: Interrupt) 
             checkpoint=args.checkpoint,
             starting_offsets=args.starting_offsets,
             report=not args.no_report,
+            window_seconds=args.window_seconds,
         )
         batches = run_stream(spark, options, timeout_seconds=args.timeout_seconds)
         print(f"streamed {batches} micro-batches into {output}", file=sys.stderr)

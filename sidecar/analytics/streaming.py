@@ -12,10 +12,12 @@ try to maintain them incrementally. Each micro-batch (``foreachBatch``):
 
 Limits: each trigger costs a full recompute over the history, so the trigger interval
 must exceed the batch time for the accumulated events (seconds for millions of events
-on one machine; size ``--trigger-seconds`` accordingly, or restart from a fresh
-checkpoint and ``_events`` to forget history). Readers of the output may see a table
-while it is being overwritten; read them between batches or from a copy. The Kafka
-offsets live in the checkpoint, so a restart resumes where it stopped.
+on one machine; size ``--trigger-seconds`` accordingly). A stream that runs for good
+needs ``--window-seconds``: the tables then cover the events of that last stretch of
+event time (up to the newest event read), so a trigger's cost follows the rate of events,
+not how long the stream has run; ``_events`` still keeps everything. Readers of the
+output may see a table while it is being overwritten; read them between batches or from
+a copy. The Kafka offsets live in the checkpoint, so a restart resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class StreamOptions:
     checkpoint: Target | None = None
     starting_offsets: str = "earliest"
     report: bool = True
+    # The tables cover only the events at most this long (event time) before the newest
+    # event read; ``None``: everything read.
+    window_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class TableRefresher:
         raw = kafka_value_to_raw(batch).where("id IS NOT NULL")
         raw.write.mode("append").parquet(self.events_dir)
         history = read_normalized(self.spark, [self.events_dir])
+        if self.options.window_seconds is not None:
+            history = within_window(history, self.options.window_seconds)
         self.rebalances = refresh(
             self.spark, history, self.options.output, report=self.options.report
         )
@@ -96,6 +103,23 @@ class TableRefresher:
                 tables_written=datetime.now(UTC),
             )
         )
+
+
+def within_window(events: DataFrame, seconds: float) -> DataFrame:
+    """The normalized ``events`` at most ``seconds`` of event time before the newest.
+
+    Measured from the newest event, not the clock: the same events give the same tables
+    whenever they are rebuilt (a restart, a replayed batch). An event that arrives later
+    than the window is long stays in ``_events`` and out of the tables. A group whose
+    earlier events fell out of the window starts where it enters it, as a history read
+    from a topic whose retention deleted the beginning does."""
+    # Microseconds since the epoch: exact, and no local time zone on the way (a naive
+    # datetime brought to Python and back would shift across a daylight-saving change).
+    micros = F.unix_micros(F.col("time"))
+    newest = events.agg(F.max(micros).alias("newest")).first()
+    if newest is None or newest["newest"] is None:
+        return events
+    return events.where(micros >= F.lit(int(newest["newest"]) - round(seconds * 1_000_000)))
 
 
 def kafka_stream(spark: SparkSession, inputs: Sequence[str], starting_offsets: str) -> DataFrame:

@@ -38,6 +38,7 @@ def test_help_describes_the_command(capsys: pytest.CaptureFixture[str]) -> None:
         "--stream",
         "--trigger-seconds",
         "--timeout-seconds",
+        "--window-seconds",
     ):
         assert option in usage
 
@@ -80,6 +81,10 @@ def bad_arguments(tmp: Path) -> list[tuple[list[str], str]]:
         ([*kafka, "--stream", "--trigger-seconds", "0"], "argument --trigger-seconds: must be"),
         ([*kafka, "--stream", "--timeout-seconds", "inf"], "argument --timeout-seconds: must"),
         ([*kafka, "--stream", "--timeout-seconds", "-5"], "argument --timeout-seconds: must"),
+        ([*kafka, "--stream", "--window-seconds", "0.5"], "argument --window-seconds: must be"),
+        ([*kafka, "--stream", "--window-seconds", "nan"], "argument --window-seconds: must be"),
+        ([*kafka, "--stream", "--window-seconds", "1h"], "argument --window-seconds: "),
+        ([*files, "--window-seconds", "3600"], "--window-seconds applies to --stream only"),
         ([*files, "--shuffle-partitions", "-3"], "argument --shuffle-partitions: must be"),
         ([*files, "--shuffle-partitions", "0"], "argument --shuffle-partitions: must be"),
         ([*files, "--shuffle-partitions", "x"], "argument --shuffle-partitions: not a whole"),
@@ -179,6 +184,10 @@ def test_good_values_pass_the_checks(tmp_path: Path) -> None:
     )
     check_job(args, managed=False)
     assert (args.trigger_seconds, args.timeout_seconds) == (0.5, 1000.0)
+    kafka = ["-i", "kafka://127.0.0.1:1/t", "-o", out, "--stream", "--window-seconds", "86400"]
+    windowed = parser().parse_args(kafka)
+    check_job(windowed, managed=True)
+    assert windowed.window_seconds == 86400.0
     assert (args.driver_memory, args.shuffle_partitions) == ("512M", 1)
     for master in ("local", "local[*]", "local[4]", "local-cluster[2,1,1024]", "yarn"):
         check_job(parser().parse_args(["-i", events, "-o", out, "--master", master]), False)
@@ -189,10 +198,14 @@ def test_under_spark_submit_only_the_options_are_checked_before_the_session(
 ) -> None:
     """Under spark-submit the paths are the cluster's (hdfs:, s3a:, or a path on its
     default file system): not judged on this machine."""
-    from sidecar.analytics.arguments import check_job
+    from sidecar.analytics.arguments import UsageError, check_job
 
     args = parser().parse_args(["-i", "nowhere.jsonl", "-o", "hdfs:///out", "--master", "x"])
     check_job(args, managed=True)
+    # What no path decides is still refused there: a window for a batch run.
+    batch = parser().parse_args(["-i", "x.jsonl", "-o", "hdfs:///o", "--window-seconds", "60"])
+    with pytest.raises(UsageError, match="applies to --stream only"):
+        check_job(batch, managed=True)
     with pytest.raises(SystemExit):
         main(["-i", "nowhere.jsonl", "-o", "o", "--shuffle-partitions", "0"], managed_session=True)
     assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,86 @@
+"""``--window-seconds``: a stream's tables cover the last stretch of event time only.
+
+The micro-batches are handed to the product's ``foreachBatch`` function as Kafka's
+source would (``value`` bytes, ``timestamp``), without a broker: what is under test is
+which events the tables are built from, not the Kafka source (``test_streaming``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from sidecar.analytics.generator import FleetSpec, write_fleet_file
+from sidecar.analytics.streaming import EVENTS_DIR, StreamOptions, TableRefresher
+from sidecar.analytics.tables import TABLE_NAMES
+
+from .conftest import canonical, collect_tables, written_rows
+
+pytestmark = [pytest.mark.spark]
+
+
+def kafka_batch(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
+    arrived = datetime.now(UTC)
+    rows = [(json.dumps(e).encode(), arrived) for e in events]
+    return spark.createDataFrame(rows, "value binary, timestamp timestamp")
+
+
+def event_time(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(event["time"]))
+
+
+def test_windowed_tables_are_the_tables_of_the_events_in_the_window(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=4, events=2000, seed=9))
+    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    times = sorted(event_time(e) for e in events)
+    # A window of a third of the fleet's span: most of the history falls out of it.
+    window = (times[-1] - times[0]).total_seconds() / 3
+    output = tmp_path / "out"
+    refresher = TableRefresher(
+        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
+    )
+    refresher(kafka_batch(spark, events), 0)
+    assert refresher.batches == 1
+
+    # Measured from the newest event (not the clock); the bound itself is inside.
+    start = times[-1] - timedelta(seconds=window)
+    inside = [e for e in events if event_time(e) >= start]
+    assert 0 < len(inside) < len(events) * 0.6
+    expected_file = tmp_path / "inside.jsonl"
+    expected_file.write_text("".join(json.dumps(e) + "\n" for e in inside))
+    expected = collect_tables(spark, expected_file)
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
+    # Everything read is still kept: a window is a view, not a retention.
+    assert spark.read.parquet(str(output / EVENTS_DIR)).count() == len(events)
+
+
+def test_an_event_older_than_the_window_changes_no_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A late event from before the window (a sidecar's backlog) is kept, not counted."""
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=2, events=400, seed=3))
+    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    newest = max(event_time(e) for e in events)
+    output = tmp_path / "out"
+    refresher = TableRefresher(
+        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=3600)
+    )
+    refresher(kafka_batch(spark, events), 0)
+    before = {name: canonical(written_rows(spark, output, name)) for name in TABLE_NAMES}
+    late = dict(events[0])
+    late["id"] = "late-event-from-before-the-window"
+    late["time"] = (newest - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    refresher(kafka_batch(spark, [late]), 1)
+    assert refresher.batches == 2
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == before[name], name
+    assert spark.read.parquet(str(output / EVENTS_DIR)).count() == len(events) + 1
