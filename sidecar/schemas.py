@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 
 class _Strict(BaseModel):
+    """A request body: no field it does not know, and whole numbers only as JSON integers
+    (``StrictInt``: ``true``, ``"5"`` and ``5.0`` are refused, not read as 1, 5 and 5; an
+    offset read from ``true`` was committed as 1)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -46,8 +50,8 @@ class EnforceOut(BaseModel):
 
 class OffsetIn(_Strict):
     topic: str = Field(min_length=1, max_length=249)
-    partition: int = Field(ge=0, le=1_000_000)
-    offset: int = Field(ge=0, le=2**63 - 1)
+    partition: StrictInt = Field(ge=0, le=1_000_000)
+    offset: StrictInt = Field(ge=0, le=2**63 - 1)
 
 
 class CommitIn(_Strict):
@@ -57,7 +61,7 @@ class CommitIn(_Strict):
         description="One offset per partition (a partition named twice is refused: Kafka "
         "would keep whichever came last, maybe the lower one).",
     )
-    generation_id: int | None = Field(
+    generation_id: StrictInt | None = Field(
         default=None,
         ge=-1,
         le=2**31 - 1,
@@ -85,7 +89,7 @@ class WebhookIn(_Strict):
     events: list[str] | None = Field(default=None, min_length=1, max_length=10)
     mode: Literal["blocking", "async"] = "blocking"
     secret: str | None = Field(default=None, max_length=200)
-    timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+    timeout_ms: StrictInt = Field(default=10_000, ge=100, le=300_000)
 
 
 class WebhookOut(BaseModel):
