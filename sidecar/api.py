@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match, Route
 
 from sidecar.errors import (
     JournalUnavailable,
@@ -89,7 +90,7 @@ def _app(
         app.include_router(router)
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     app.add_middleware(HeadAsGet, routes=get_only_routes(routers))
-    _install_error_handlers(app)
+    _install_error_handlers(app, [route for router in routers for route in router.routes])
     return app
 
 
@@ -109,7 +110,9 @@ def get_only_routes(routers: Sequence[APIRouter]) -> list[APIRoute]:
     ]
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+    """``routes``: the app's routers' (FastAPI keeps an included router as one entry)."""
+
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
@@ -155,11 +158,31 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405 and (allowed := allowed_methods(request, routes)):
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
             {"error": json_safe(str(exc.detail))},
             status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
+            headers=headers,
         )
+
+
+def allowed_methods(request: Request, routes: Sequence[BaseRoute]) -> list[str]:
+    """Every method the request's path takes among the app's own routes (``/docs``...)
+    and ``routes``, for a 405's ``Allow`` (RFC 9110 15.5.6).
+
+    Starlette names the methods of the first route whose path matched, so ``DELETE
+    /webhooks`` was told ``Allow: GET`` where ``POST`` is served too. A route that takes
+    ``GET`` alone answers ``HEAD`` as well (``sidecar.web.head``)."""
+    methods: set[str] = set()
+    for route in (*request.app.router.routes, *routes):
+        if not isinstance(route, Route) or route.matches(request.scope)[0] is Match.NONE:
+            continue
+        methods |= route.methods or set()
+        if isinstance(route, APIRoute) and route.methods == {"GET"}:
+            methods.add("HEAD")
+    return sorted(methods)
 
 
 #: The first API's one error type, ``ApiError(status, message, **extra)``: still works.

@@ -393,10 +393,26 @@ def test_head_is_get_without_the_body_but_where_get_acts(tmp_path: Path) -> None
         for path in ("/commit", "/enforce-rebalance", "/drain"):
             assert (await client.head(path)).status_code == 405, path
         assert (await client.get("/livez")).status_code == 200  # the connection serves on
+        # Allow names every method the path takes: Starlette named the first route's only
+        # (DELETE /webhooks was told "GET" where POST is served too).
+        webhook = await client.post("/webhooks", json={"url": "http://127.0.0.1:9/x"})
+        one = f"/webhooks/{webhook.json()['id']}"
+        for method, path, allow in (
+            ("DELETE", "/webhooks", "GET, HEAD, POST"),
+            ("PUT", one, "DELETE, GET, HEAD"),
+            ("POST", "/assignment", "GET, HEAD"),
+            ("HEAD", "/commit", "POST"),
+            ("GET", "/enforce-rebalance", "POST"),
+        ):
+            refused = await client.request(method, path)
+            assert refused.status_code == 405, (method, path)
+            assert refused.headers["allow"] == allow, (method, path)
 
     async def admin(runtime: InProcess, client: httpx.AsyncClient) -> None:
         assert (await client.head("/livez")).status_code == 200
-        assert (await client.head("/drain")).status_code == 405
+        refused = await client.head("/drain")
+        assert refused.status_code == 405
+        assert refused.headers["allow"] == "GET, POST"
         assert runtime.drained == 0
         await client.get("/drain")  # 504 here: this runtime's drain never leaves the group
         assert runtime.drained == 1
