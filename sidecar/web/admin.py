@@ -14,7 +14,7 @@ from fastapi import APIRouter
 
 from sidecar.schemas import DrainOut
 from sidecar.web.access import MayDrain
-from sidecar.web.control import drained
+from sidecar.web.control import DrainDeadline, drained
 from sidecar.web.runtime import RuntimeDep, errors
 
 router = APIRouter(tags=["admin"], dependencies=MayDrain)
@@ -23,6 +23,7 @@ router = APIRouter(tags=["admin"], dependencies=MayDrain)
 @router.api_route(
     "/drain", methods=["GET", "POST"], response_model=DrainOut, responses=errors(401, 403, 504)
 )
-async def drain(runtime: RuntimeDep) -> dict[str, Any]:
-    """Leave the group, deliver `revoked`, answer with the final assignment."""
-    return await drained(runtime, None)
+async def drain(runtime: RuntimeDep, deadline: DrainDeadline = None) -> dict[str, Any]:
+    """Leave the group, deliver `revoked`, answer with the final assignment. `?deadline=`
+    as on the control API's drain (a hook's path may carry it: `/drain?deadline=60`)."""
+    return await drained(runtime, deadline)

@@ -33,7 +33,7 @@ router = APIRouter(tags=["assignment"])
 async def get_assignment(
     runtime: RuntimeDep,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQUENCE)] = None,
-    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False)] = 0,
 ) -> dict[str, Any]:
     """This member's assignment. `?after=<sequence>&wait=<s>` long-polls until the
     sequence passes `after` (or `wait` seconds pass)."""

@@ -55,7 +55,7 @@ async def enforce_rebalance(
     runtime: RuntimeDep,
     timeout: TimeoutDep,
     body: EnforceIn | None = None,
-    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False)] = 0,
 ) -> Any:
     """Make the group rebalance (KIP-568), with a KIP-800 reason. `?wait=<s>` answers 200
     with the new assignment once a higher generation is stable, or 504."""
@@ -96,11 +96,20 @@ async def commit(runtime: RuntimeDep, timeout: TimeoutDep, body: CommitIn) -> di
     return {"committed": [o.model_dump() for o in body.offsets]}
 
 
+#: ``?deadline=``: how long a drain may take, in seconds (both listeners' drains).
+DrainDeadline = Annotated[
+    float | None,
+    Query(
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="Seconds the drain may take (default `SIDECAR_DRAIN_TIMEOUT_MS`)",
+    ),
+]
+
+
 @router.post("/drain", response_model=DrainOut, responses=errors(401, 403, 504))
-async def drain(
-    runtime: RuntimeDep,
-    deadline: Annotated[float | None, Query(gt=0, le=3600)] = None,
-) -> dict[str, Any]:
+async def drain(runtime: RuntimeDep, deadline: DrainDeadline = None) -> dict[str, Any]:
     """Leave the group now: deliver `revoked` to the (still running) application through
     the barrier, commit what it hands back, then stay up outside the group. For the
     application container's `preStop` hook (the admin listener has the kubelet's)."""

@@ -70,6 +70,7 @@ class InProcess:
         self.feed: Feed = parts.feed
         self.metrics_registry: CollectorRegistry = parts.metrics_registry
         self.drained = 0
+        self.deadlines: list[float] = []
 
     @property
     def stopping(self) -> bool:
@@ -77,6 +78,7 @@ class InProcess:
 
     async def drain(self, deadline: float) -> Assignment | None:
         self.drained += 1
+        self.deadlines.append(deadline)
         return None
 
 
@@ -416,6 +418,15 @@ def test_head_is_get_without_the_body_but_where_get_acts(tmp_path: Path) -> None
         assert runtime.drained == 0
         await client.get("/drain")  # 504 here: this runtime's drain never leaves the group
         assert runtime.drained == 1
+        # ?deadline= as on the control API's drain: a hook's path may carry it; a bad one
+        # was ignored (and the drain ran with the default), now it is a 400 and no drain.
+        for bad, says in (("abc", "valid number"), ("nan", "finite"), ("-1", "greater than")):
+            refused = await client.get(f"/drain?deadline={bad}")
+            assert refused.status_code == 400, (bad, refused.text)
+            assert says in refused.json()["error"], (bad, refused.text)
+        assert runtime.drained == 1
+        await client.get("/drain?deadline=60")
+        assert runtime.deadlines == [runtime.settings.drain_timeout_ms / 1000, 60.0]
 
     run(tmp_path / "api", api)
     run(tmp_path / "admin", admin, admin=True)
@@ -477,6 +488,17 @@ def test_a_malformed_query_string_or_header_is_400_and_a_bad_body_422(tmp_path: 
             answer = await client.get(f"{path}?{query}", headers={"Accept": "application/json"})
             assert answer.status_code == 400, (path, query, answer.text)
             assert answer.json()["error"].startswith("invalid request")
+        # Not a number at all: said so, not "less than or equal to 300".
+        for method, path in (
+            ("GET", "/assignment?after=1&wait=nan"),
+            ("POST", "/enforce-rebalance?wait=nan"),
+            ("POST", "/drain?deadline=nan"),
+            ("POST", "/drain?deadline=inf"),
+        ):
+            answer = await client.request(method, path)
+            assert answer.status_code == 400, (path, answer.text)
+            assert "finite number" in answer.json()["error"], (path, answer.text)
+        assert runtime.drained == 0
         event_id = await client.get(
             "/events", headers={"Last-Event-ID": "-5", "Accept": "application/json"}
         )
