@@ -63,17 +63,16 @@ NUMERIC_KAFKA_PROPERTIES = ("session.timeout.ms", "max.poll.interval.ms", "socke
 
 # librdkafka properties the sidecar owns: letting users override them would break the
 # guarantees (we never fetch, never auto-commit, and own the callbacks and identity).
-RESERVED_KAFKA_PROPERTIES = frozenset(
-    {
-        "group.id",
-        "bootstrap.servers",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "group.instance.id",
-        "group.protocol",
-        "partition.assignment.strategy",
-    }
-)
+# librdkafka properties the sidecar sets itself, and what to set instead.
+RESERVED_KAFKA_PROPERTIES = {
+    "group.id": f"set {ENV_PREFIX}GROUP_ID",
+    "bootstrap.servers": f"set {ENV_PREFIX}BOOTSTRAP_SERVERS",
+    "enable.auto.commit": "nothing to set (the sidecar commits what the application says)",
+    "enable.auto.offset.store": "nothing to set (the sidecar fetches no records)",
+    "group.instance.id": f"set {ENV_PREFIX}GROUP_INSTANCE_ID",
+    "group.protocol": f"set {ENV_PREFIX}GROUP_PROTOCOL",
+    "partition.assignment.strategy": f"set {ENV_PREFIX}ASSIGNMENT_STRATEGY",
+}
 
 # Kafka's own rule for a topic name (``Topic.validate``): the broker refuses any other.
 _TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
@@ -545,11 +544,14 @@ class Settings(BaseSettings):
     @field_validator("kafka")
     @classmethod
     def _check_kafka(cls, value: dict[str, str]) -> dict[str, str]:
-        clash = sorted(RESERVED_KAFKA_PROPERTIES & set(value))
+        clash = sorted(RESERVED_KAFKA_PROPERTIES.keys() & set(value))
         if clash:
             raise ValueError(
-                f"{', '.join(clash)} cannot be set here; use the dedicated SIDECAR_ settings "
-                "(or none: the sidecar owns commits and fetching)"
+                "; ".join(
+                    f"{name} ({kafka_property_variable(name)}) is the sidecar's own: "
+                    + RESERVED_KAFKA_PROPERTIES[name]
+                    for name in clash
+                )
             )
         properties = {k: str(v) for k, v in value.items()}
         for name in NUMERIC_KAFKA_PROPERTIES:
@@ -582,18 +584,19 @@ class Settings(BaseSettings):
         # The barrier blocks the member's rejoin; leave room for the join itself.
         if self.revoke_timeout_ms > max_poll - 5_000 or self.revoke_timeout_ms > max_poll * 0.8:
             raise ValueError(
-                f"revoke_timeout_ms={self.revoke_timeout_ms} leaves no headroom under "
-                f"max.poll.interval.ms={max_poll}: keep it below 80% and 5 s under it"
+                f"{ENV_PREFIX}REVOKE_TIMEOUT_MS={self.revoke_timeout_ms} leaves no headroom "
+                f"under {kafka_property_variable('max.poll.interval.ms')}={max_poll} "
+                "(max.poll.interval.ms): keep it below 80% and 5 s under it"
             )
         if self.group_protocol == "consumer" and self.assignment_strategy:
             raise ValueError(
-                "assignment_strategy applies to group_protocol=classic only; with "
-                "group_protocol=consumer the broker assigns (see group.remote.assignor)"
+                f"{ENV_PREFIX}ASSIGNMENT_STRATEGY applies to {ENV_PREFIX}GROUP_PROTOCOL=classic "
+                "only; with consumer the broker assigns (see group.remote.assignor)"
             )
         if not is_loopback(self.api_host) and self.api_token is None:
             raise ValueError(
-                f"api_host={self.api_host} is not loopback: set SIDECAR_API_TOKEN so mutating "
-                "endpoints are not open to the network"
+                f"{ENV_PREFIX}API_HOST={self.api_host} is not loopback: set SIDECAR_API_TOKEN "
+                "so mutating endpoints are not open to the network"
             )
         return self
 

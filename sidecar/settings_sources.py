@@ -269,11 +269,14 @@ def _describe(exc: ValidationError) -> str:
             hint = f" (did you mean {close[0]}?)" if close else ""
             lines.append(f"unknown setting {loc[0]!r} in the settings file{hint}")
             continue
-        name = f"{ENV_PREFIX}{loc[0].upper()}" if loc else "settings"
-        if loc and loc[0] == "kafka" and len(loc) > 1:
+        message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
+        if not loc:  # settings that do not go together: the message names them
+            lines.append(f"invalid settings: {message}")
+            continue
+        name = f"{ENV_PREFIX}{loc[0].upper()}"
+        if loc[0] == "kafka" and len(loc) > 1:
             name = f"kafka property {loc[1]}"
         where = f"{name}{'[' + ']['.join(loc[1:]) + ']' if len(loc) > 1 else ''}"
-        message = _one_line(ValueError(str(error["msg"]).removeprefix("Value error, ")))
         if error["type"] == "extra_forbidden":  # a key inside an entry: a webhook's, say
             message = f"unknown key {loc[-1]!r}"
         lines.append(f"invalid setting {where}: {message}")

@@ -317,3 +317,35 @@ def test_what_is_not_loopback_still_needs_a_token(given: str) -> None:
 def test_a_bracketed_admin_address_is_the_address() -> None:
     settings = load_settings({**GOOD, "SIDECAR_ADMIN_HOST": "[::]"})
     assert settings.admin_host == "::"
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        # Named neither the variable set nor the one to use ("use the dedicated SIDECAR_
+        # settings"), and the settings that do not go together as "invalid setting settings"
+        # with the fields' internal names.
+        (
+            {"SIDECAR_KAFKA_GROUP_ID": "x"},
+            "group.id (SIDECAR_KAFKA_GROUP_ID) is the sidecar's own: set SIDECAR_GROUP_ID",
+        ),
+        (
+            {"SIDECAR_KAFKA_PARTITION_ASSIGNMENT_STRATEGY": "range"},
+            "(SIDECAR_KAFKA_PARTITION_ASSIGNMENT_STRATEGY) is the sidecar's own: "
+            "set SIDECAR_ASSIGNMENT_STRATEGY",
+        ),
+        (
+            {"SIDECAR_REVOKE_TIMEOUT_MS": "299000"},
+            "invalid settings: SIDECAR_REVOKE_TIMEOUT_MS=299000 leaves no headroom under "
+            "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS=300000",
+        ),
+        (
+            {"SIDECAR_GROUP_PROTOCOL": "consumer", "SIDECAR_ASSIGNMENT_STRATEGY": "range"},
+            "invalid settings: SIDECAR_ASSIGNMENT_STRATEGY applies to "
+            "SIDECAR_GROUP_PROTOCOL=classic only",
+        ),
+        ({"SIDECAR_API_HOST": "0.0.0.0"}, "invalid settings: SIDECAR_API_HOST=0.0.0.0 is not"),
+    ],
+)
+def test_a_refusal_names_the_variables_to_change(env: dict[str, str], says: str) -> None:
+    assert says in refused(env)
