@@ -124,8 +124,11 @@ class StaleGeneration(MemberRefused):
     def __init__(self, requested: int, current: int) -> None:
         self.requested = requested
         self.current = current
+        # Ahead of the member: a generation it has not reached (or one from another
+        # group's numbers), not one it moved on from.
+        what = "is stale" if requested < current else "is not one the member has reached"
         super().__init__(
-            f"generation {requested} is stale: the member is at {current}",
+            f"generation {requested} {what}: the member is at {current}",
             generation_id=current,
         )
 

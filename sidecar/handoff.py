@@ -97,6 +97,7 @@ class Handoff:
         self._waker: PollWaker = NO_WAKEUPS
         self._held: list[PendingCommand] = []  # consumer thread only: not runnable yet
         self._closed = False
+        self._why_closed = "the group member has stopped"
         self._side: LoopSide | None = None
         # Read from both sides; replaced (never mutated) by the consumer thread.
         self._snapshot = initial
@@ -205,8 +206,10 @@ class Handoff:
         cannot be woken; it takes commands when its poll times out)."""
         self._waker = waker
 
-    def close(self) -> None:
-        """The consumer thread is done: fail whatever is still queued or held back."""
+    def close(self, why: str = "the group member has stopped") -> None:
+        """The consumer thread is done: fail whatever is still queued or held back, and
+        every command sent from now on, with ``MemberGone(why)``."""
+        self._why_closed = why
         self._closed = True
         self._fail_queued()
 
@@ -220,7 +223,7 @@ class Handoff:
     def _fail_queued(self) -> None:
         for pending in self.take_commands():
             with contextlib.suppress(concurrent.futures.InvalidStateError):
-                pending.future.set_exception(MemberGone("the group member has stopped"))
+                pending.future.set_exception(MemberGone(self._why_closed))
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -237,7 +240,7 @@ class Handoff:
         says the deadline passed while it runs on (a drain still leaving the group).
         """
         if self._closed:
-            raise MemberGone("the group member has stopped")
+            raise MemberGone(self._why_closed)
         pending = PendingCommand(command)
         self._commands.put(pending)
         self._waker.wake()

@@ -109,6 +109,7 @@ class GroupMember:
         # Everything below is touched by the member thread only.
         self._consumer: Consumer | None = None
         self._waker: PollWaker = NO_WAKEUPS  # wakes the consumer's poll() for commands
+        self._left_because: str | None = None  # a Leave command's reason (a drain's)
         self._journal: Journal | None = None
         self._core = Membership(
             GroupIdentity(
@@ -187,7 +188,10 @@ class GroupMember:
         finally:
             self._core.stopped()
             self._publish()
-            self._handoff.close()
+            if self._left_because is not None:  # a drain: the reason says it was asked for
+                self._handoff.close(f"the member left the group: {self._left_because}")
+            else:
+                self._handoff.close()
             self._journal.close()
 
     def _session(self) -> None:
@@ -434,6 +438,7 @@ class GroupMember:
         if isinstance(command, EnforceRebalance):
             return self._enforce(command.reason, in_barrier=not between_polls)
         if isinstance(command, Leave):
+            self._left_because = command.reason
             self._leaving.set()
             self._close(reason=command.reason)
             self._core.stopped()

@@ -73,7 +73,11 @@ def test_commands_run_on_the_member_thread_and_fail_once_it_stopped() -> None:
         assert await handoff.submit(WhoRunsMe(), timeout=5) == "group-member"
         stop.set()
         await asyncio.to_thread(thread.join, 5)
-        with pytest.raises(MemberGone):
+        with pytest.raises(MemberGone, match="the group member has stopped"):
+            await handoff.submit(WhoRunsMe(), timeout=5)
+        # Why it stopped, when the member says (a drain: not a failure to look into).
+        handoff.close("the member left the group: drain requested")
+        with pytest.raises(MemberGone, match="left the group: drain requested"):
             await handoff.submit(WhoRunsMe(), timeout=5)
 
     asyncio.run(main())
