@@ -157,7 +157,7 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         f"\nrebalance-sidecar demo: mock Kafka at {bootstrap}, group {GROUP!r}, "
         f"topics {', '.join(TOPICS)}; {peers} simulated peers join and leave every few seconds.\n"
         f"  curl {base}/assignment                    # what this member owns\n"
-        f"  curl '{base}/assignment?after=0&wait=30'  # long-poll for the next change\n"
+        f"  curl '{base}/assignment?after=SEQ&wait=30' # long-poll: SEQ = the last sequence\n"
         f"  curl -N {base}/events                     # live CloudEvents (SSE)\n"
         f"  curl -X POST {base}/enforce-rebalance     # KIP-568 rebalance\n"
         f"  open {base}/                              # the status page\n"

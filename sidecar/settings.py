@@ -212,7 +212,8 @@ class Settings(BaseSettings):
     webhooks: Annotated[tuple[WebhookSpec, ...], NoDecode] = Field(
         default=(),
         description="Webhooks declared at deploy time: JSON list of "
-        "`{url, events, mode, secret, timeout_ms, id}`.",
+        "`{url, secret, events?, mode?, timeout_ms?, id?}` (the secret is required here: "
+        "the application must know it to verify signatures; `mode` defaults to `blocking`).",
     )
     webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
