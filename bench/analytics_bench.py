@@ -266,7 +266,7 @@ class StreamRun:
     batches: int
     max_lag: float
     trigger: float
-    last_lag: float = float("nan")  # the last micro-batch's: does the lag grow with time?
+    lags: tuple[float, ...] = ()  # every micro-batch's, in order: does the lag grow?
     window: float | None = None  # --window-seconds of the stream (event time)
 
     @property
@@ -327,7 +327,7 @@ def stream_run(
         batches=len(lags),
         max_lag=max(lags) if lags and caught_up else float("inf"),
         trigger=trigger,
-        last_lag=lags[-1] if lags and caught_up else float("inf"),
+        lags=tuple(lags),
         window=window,
     )
 
@@ -357,8 +357,8 @@ def streaming_lines(
         window = "all events" if run.window is None else f"window {run.window:g}s"
         lines.append(
             f"  {run.rate:>7,} events/s ({window}): {run.sent:,} sent, {run.batches} batches, "
-            f"max lag {run.max_lag:.1f}s, last {run.last_lag:.1f}s -> "
-            f"{'keeps up' if run.keeps_up else 'falls behind'}"
+            f"max lag {run.max_lag:.1f}s -> {'keeps up' if run.keeps_up else 'falls behind'}; "
+            f"lag per batch (s): {' '.join(f'{lag:.0f}' for lag in run.lags)}"
         )
     kept = [run.rate for run in streams if run.keeps_up]
     lines.append(
