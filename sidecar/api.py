@@ -159,13 +159,21 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         headers = getattr(exc, "headers", None)
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == _FASTAPI_UNDECODABLE:
+            detail = (
+                "the body cannot be decoded: it is not UTF-8, or JSON nested deeper than "
+                "the parser allows"
+            )
         if exc.status_code == 405 and (allowed := allowed_methods(request, routes)):
             headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
-            {"error": json_safe(str(exc.detail))},
-            status_code=exc.status_code,
-            headers=headers,
+            {"error": json_safe(detail)}, status_code=exc.status_code, headers=headers
         )
+
+
+# FastAPI's whole message for a body it could not decode (``fastapi.routing``).
+_FASTAPI_UNDECODABLE = "There was an error parsing the body"
 
 
 def allowed_methods(request: Request, routes: Sequence[BaseRoute]) -> list[str]:

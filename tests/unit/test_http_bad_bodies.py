@@ -189,6 +189,15 @@ def test_an_unknown_event_type_with_a_lone_surrogate_is_the_registrys_422(demo: 
     assert demo.crashes() == []
 
 
+def test_a_body_that_cannot_be_decoded_is_a_400_that_says_why(demo: Demo) -> None:
+    """FastAPI's own words were "There was an error parsing the body"."""
+    for body in (b'{"reason":"\xff"}', b"[" * 30_000 + b"]" * 30_000):
+        answer = post(demo, "/enforce-rebalance", body)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"].startswith("the body cannot be decoded: it is not UTF-8")
+    assert demo.crashes() == []
+
+
 def test_a_deeply_nested_invalid_body_is_a_422(demo: Demo) -> None:
     """Echoing a body nested as deep as the JSON parser allows must not exhaust the stack."""
     nested = b"[" * 900 + b"]" * 900
