@@ -17,6 +17,11 @@ from urllib.parse import quote
 
 Protocol = Literal["eager", "cooperative"]
 
+#: The largest offset Kafka (a signed 64-bit integer) and librdkafka take.
+MAX_OFFSET = 2**63 - 1
+#: The largest partition number an offset may name (Kafka allows far fewer per topic).
+MAX_PARTITION = 1_000_000
+
 #: Digits of the ``sequence`` extension: SQLite's largest INTEGER (2**63 - 1) has 19, so
 #: every sequence fits and string order is numeric order, as the CloudEvents sequence
 #: extension requires of its values.

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from sidecar.model import MAX_OFFSET, MAX_PARTITION
+
+
+def _not_bool_or_text(value: Any) -> Any:
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("must be a JSON number, not a boolean or a string")
+    return value
+
+
+#: A whole number as JSON writes one: ``5`` or ``5.0`` (JSON Schema's ``integer`` takes
+#: both), never ``true`` or ``"5"``, which pydantic would read as 1 and 5 (an offset
+#: read from ``true`` was committed as 1).
+WholeNumber = Annotated[int, BeforeValidator(_not_bool_or_text)]
 
 
 class _Strict(BaseModel):
-    """A request body: no field it does not know, and whole numbers only as JSON integers
-    (``StrictInt``: ``true``, ``"5"`` and ``5.0`` are refused, not read as 1, 5 and 5; an
-    offset read from ``true`` was committed as 1)."""
+    """A request body: no field it does not know."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,8 +62,8 @@ class EnforceOut(BaseModel):
 
 class OffsetIn(_Strict):
     topic: str = Field(min_length=1, max_length=249)
-    partition: StrictInt = Field(ge=0, le=1_000_000)
-    offset: StrictInt = Field(ge=0, le=2**63 - 1)
+    partition: WholeNumber = Field(ge=0, le=MAX_PARTITION)
+    offset: WholeNumber = Field(ge=0, le=MAX_OFFSET)
 
 
 class CommitIn(_Strict):
@@ -61,7 +73,7 @@ class CommitIn(_Strict):
         description="One offset per partition (a partition named twice is refused: Kafka "
         "would keep whichever came last, maybe the lower one).",
     )
-    generation_id: StrictInt | None = Field(
+    generation_id: WholeNumber | None = Field(
         default=None,
         ge=-1,
         le=2**31 - 1,
@@ -89,7 +101,7 @@ class WebhookIn(_Strict):
     events: list[str] | None = Field(default=None, min_length=1, max_length=10)
     mode: Literal["blocking", "async"] = "blocking"
     secret: str | None = Field(default=None, max_length=200)
-    timeout_ms: StrictInt = Field(default=10_000, ge=100, le=300_000)
+    timeout_ms: WholeNumber = Field(default=10_000, ge=100, le=300_000)
 
 
 class WebhookOut(BaseModel):

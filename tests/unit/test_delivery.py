@@ -343,6 +343,10 @@ def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> Non
         (b'{"offsets": [{"topic": "t", "partition": 0}]}', "offset must be an integer"),
         (b'{"offsets": [{"topic": "t", "partition": 0, "offset": -1}]}', ">= 0"),
         (b'{"offsets": [{"topic": "t", "partition": 0, "offset": true}]}', "integer"),
+        # True == 1: it named partition 1 (owned), and would have committed it.
+        (b'{"offsets": [{"topic": "t", "partition": true, "offset": 5}]}', "partition >= 0"),
+        # Past a signed 64-bit offset: TopicPartition raised OverflowError in the callback.
+        (b'{"offsets": [{"topic": "t", "partition": 0, "offset": %d}]}' % 2**64, "at most"),
         (b'{"offsets": [{"topic": "t", "partition": 5, "offset": 1}]}', "not being revoked"),
         (b'{"offsets": [{"topic": "t", "partition": 0, "offset": 1, "x": 1}]}', "must be"),
         (b'{"offsets": ["t"]}', "must be"),
