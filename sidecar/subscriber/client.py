@@ -84,11 +84,7 @@ class SidecarClient:
             status, body = self._request("POST", "/commit", payload)
         except OSError as exc:
             raise CommitFailed(f"sidecar unreachable: {exc}") from exc
-        if (
-            status == 422
-            and "generation_id" in payload
-            and "generation_id" in json.dumps(body or {})
-        ):
+        if status == 422 and "generation_id" in payload and _unknown_generation_field(body):
             # A sidecar without generation fencing: its ownership check (409) still fences.
             self._fence_generation = False
             log.warning("this sidecar does not take generation_id in /commit; not fencing on it")
@@ -98,6 +94,18 @@ class SidecarClient:
         if not 200 <= status < 300:
             raise CommitFailed(f"POST /commit answered {status}: {body}")
         return None
+
+
+def _unknown_generation_field(body: Any) -> bool:
+    """Did the 422 say ``generation_id`` is a field the sidecar does not know (one from
+    before fencing), and not that its value is wrong? Only the first turns fencing off."""
+    details = body.get("detail") if isinstance(body, dict) else None
+    return isinstance(details, list) and any(
+        isinstance(d, dict)
+        and d.get("type") == "extra_forbidden"
+        and d.get("loc") == ["body", "generation_id"]
+        for d in details
+    )
 
 
 class Watchdog:

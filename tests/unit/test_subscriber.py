@@ -247,3 +247,69 @@ def test_bad_requests_get_4xx(endpoint: Endpoint) -> None:
     assert endpoint.post(event).status_code == 400
     assert endpoint.client.post("/elsewhere", content=b"{}").status_code == 404
     assert endpoint.client.get("/healthz").json() == {"status": "ok"}
+
+
+class _CommitServer:
+    """A stand-in sidecar's ``POST /commit``: answers each request with the next of
+    ``answers`` (status, body) and records the bodies it got."""
+
+    def __init__(self, answers: list[tuple[int, dict[str, Any]]]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                outer.bodies.append(json.loads(self.rfile.read(length)))
+                status, body = answers[min(len(outer.bodies), len(answers)) - 1]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_fencing_is_dropped_only_for_a_sidecar_that_does_not_know_the_field() -> None:
+    """A 422 about generation_id's *value* turned fencing off for good and committed again
+    unfenced: only "unknown field" (a sidecar from before fencing) may."""
+    from sidecar.subscriber.client import CommitFailed, SidecarClient
+
+    bad_value = {
+        "error": "invalid request: body.generation_id: must be a JSON number",
+        "detail": [{"type": "value_error", "loc": ["body", "generation_id"], "msg": "..."}],
+    }
+    server = _CommitServer([(422, bad_value)])
+    try:
+        client = SidecarClient(server.url)
+        with pytest.raises(CommitFailed, match="422"):
+            client.commit([Offset("t", 0, 5)], generation_id=3)
+        assert [b.get("generation_id") for b in server.bodies] == [3]  # not sent again
+    finally:
+        server.close()
+
+    unknown = {
+        "error": "invalid request: body.generation_id: Extra inputs are not permitted",
+        "detail": [{"type": "extra_forbidden", "loc": ["body", "generation_id"], "msg": "..."}],
+    }
+    server = _CommitServer([(422, unknown), (200, {"committed": []})])
+    try:
+        client = SidecarClient(server.url)
+        client.commit([Offset("t", 0, 5)], generation_id=3)
+        client.commit([Offset("t", 0, 6)], generation_id=3)
+        assert [b.get("generation_id") for b in server.bodies] == [3, None, None]
+    finally:
+        server.close()
