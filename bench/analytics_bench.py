@@ -49,6 +49,7 @@ from pyspark.sql import SparkSession
 
 from bench.analytics_baseline import BASELINES, BaselineRun, run_baselines
 from bench.analytics_stages import read_event_log, slowest_stages, stage_table
+from sidecar.analytics.arguments import WINDOW_SECONDS
 from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.job import run_batch
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-seconds", type=float, default=10.0)
     parser.add_argument(
         "--stream-windows",
-        type=lambda text: [None if w == "all" else float(w) for w in text.split(",")],
+        type=lambda text: [None if w == "all" else WINDOW_SECONDS(w) for w in text.split(",")],
         default=[None],
         help="streaming: --window-seconds of event time to run each rate with, "
         "comma-separated, 'all' for none (default all)",

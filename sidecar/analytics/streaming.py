@@ -13,9 +13,11 @@ try to maintain them incrementally. Each micro-batch (``foreachBatch``):
 Limits: each trigger costs a full recompute over the history, so the trigger interval
 must exceed the batch time for the accumulated events (seconds for millions of events
 on one machine; size ``--trigger-seconds`` accordingly). A stream that runs for good
-needs ``--window-seconds``: the tables then cover the events of that last stretch of
-event time (up to the newest event read), so a trigger's cost follows the rate of events,
-not how long the stream has run; ``_events`` still keeps everything. Readers of the
+needs ``--window-seconds``: the tables are then built from the events of that last
+stretch of event time (up to the newest event read), so building them costs what one
+window's events cost, not what the whole history costs. Reading ``_events`` (which
+still keeps everything, with ``time`` as text) stays a scan of all of it: that part
+still grows with the history, far more slowly (docs/analytics.md has the figures). Readers of the
 output may see a table while it is being overwritten; read them between batches or from
 a copy. The Kafka offsets live in the checkpoint, so a restart resumes where it stopped.
 """
@@ -51,6 +53,11 @@ class StreamOptions:
     # The tables cover only the events at most this long (event time) before the newest
     # event read; ``None``: everything read.
     window_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        window = self.window_seconds
+        if window is not None and not (math.isfinite(window) and window > 0):
+            raise ValueError(f"window_seconds must be a positive number of seconds, not {window}")
 
 
 @dataclass(frozen=True)
@@ -105,18 +112,30 @@ class TableRefresher:
         )
 
 
-def within_window(events: DataFrame, seconds: float) -> DataFrame:
+#: How far ahead of this machine's clock an event may be and still place the window's
+#: edge (clock skew between hosts); one further ahead is a wrong clock, not the newest.
+FUTURE_TOLERANCE_SECONDS = 3600.0
+
+
+def within_window(events: DataFrame, seconds: float, now: datetime | None = None) -> DataFrame:
     """The normalized ``events`` at most ``seconds`` of event time before the newest.
 
     Measured from the newest event, not the clock: the same events give the same tables
-    whenever they are rebuilt (a restart, a replayed batch). An event that arrives later
-    than the window is long stays in ``_events`` and out of the tables. A group whose
-    earlier events fell out of the window starts where it enters it, as a history read
-    from a topic whose retention deleted the beginning does."""
+    whenever they are rebuilt (a restart, a replayed batch, an archive streamed again
+    years later). An event that arrives later than the window is long stays in
+    ``_events`` and out of the tables. A group whose earlier events fell out of the
+    window starts where it enters it, as a history read from a topic whose retention
+    deleted the beginning does. One clock is trusted after all: an event more than
+    ``FUTURE_TOLERANCE_SECONDS`` ahead of ``now`` (this machine's) does not count as the
+    newest, or a single host with a clock years ahead would move the edge past every
+    other event and empty the tables for good; it is in them, as any event past the edge.
+    """
     # Microseconds since the epoch: exact, and no local time zone on the way (a naive
     # datetime brought to Python and back would shift across a daylight-saving change).
     micros = F.unix_micros(F.col("time"))
-    newest = events.agg(F.max(micros).alias("newest")).first()
+    now = now or datetime.now(UTC)
+    ceiling = round((now.timestamp() + FUTURE_TOLERANCE_SECONDS) * 1_000_000)
+    newest = events.where(micros <= F.lit(ceiling)).agg(F.max(micros).alias("newest")).first()
     if newest is None or newest["newest"] is None:
         return events
     return events.where(micros >= F.lit(int(newest["newest"]) - round(seconds * 1_000_000)))

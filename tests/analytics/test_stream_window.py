@@ -40,19 +40,29 @@ def test_windowed_tables_are_the_tables_of_the_events_in_the_window(
     write_fleet_file(fleet, FleetSpec(groups=4, events=2000, seed=9))
     events = [json.loads(line) for line in fleet.read_text().splitlines()]
     times = sorted(event_time(e) for e in events)
-    # A window of a third of the fleet's span: most of the history falls out of it.
-    window = (times[-1] - times[0]).total_seconds() / 3
+    # About the last third of the fleet's span, ending exactly on an event: the edge is
+    # measured from the newest event (not the clock), and an event on it is inside.
+    edge = times[len(times) * 2 // 3]
+    window = (times[-1] - edge).total_seconds()
     output = tmp_path / "out"
     refresher = TableRefresher(
         spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
     )
-    refresher(kafka_batch(spark, events), 0)
+    # In a time zone with daylight saving: the edge must not move with the session's.
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        refresher(kafka_batch(spark, events), 0)
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.sql.session.timeZone")
+        else:
+            spark.conf.set("spark.sql.session.timeZone", previous)
     assert refresher.batches == 1
 
-    # Measured from the newest event (not the clock); the bound itself is inside.
-    start = times[-1] - timedelta(seconds=window)
-    inside = [e for e in events if event_time(e) >= start]
+    inside = [e for e in events if event_time(e) >= edge]
     assert 0 < len(inside) < len(events) * 0.6
+    assert sum(1 for e in events if event_time(e) == edge) >= 1
     expected_file = tmp_path / "inside.jsonl"
     expected_file.write_text("".join(json.dumps(e) + "\n" for e in inside))
     expected = collect_tables(spark, expected_file)
@@ -84,3 +94,40 @@ def test_an_event_older_than_the_window_changes_no_table(
     for name in TABLE_NAMES:
         assert canonical(written_rows(spark, output, name)) == before[name], name
     assert spark.read.parquet(str(output / EVENTS_DIR)).count() == len(events) + 1
+
+
+def test_an_event_from_a_clock_years_ahead_does_not_empty_the_tables(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The edge is measured from the newest event: one from a host whose clock is in
+    2036 moved it past every other event, and the tables were empty for good."""
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=2, events=400, seed=3))
+    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    newest = max(event_time(e) for e in events)
+    ahead = dict(events[-1])
+    ahead["id"] = "from-a-clock-ten-years-ahead"
+    ahead["time"] = "2036-01-01T00:00:00Z"
+    window = 3600.0
+    output = tmp_path / "out"
+    refresher = TableRefresher(
+        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
+    )
+    refresher(kafka_batch(spark, [*events, ahead]), 0)
+    rows = written_rows(spark, output, "ownership")
+    assert rows, "the tables were emptied"
+    # The window still ends at the newest believable event; the one from 2036 is past
+    # the edge, so it counts like any other event in the window.
+    start = newest - timedelta(seconds=window)
+    inside = [e for e in events if event_time(e) >= start] + [ahead]
+    expected_file = tmp_path / "inside.jsonl"
+    expected_file.write_text("".join(json.dumps(e) + "\n" for e in inside))
+    expected = collect_tables(spark, expected_file)
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
+
+
+def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
+    for bad in (0.0, -5.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="window_seconds must be a positive"):
+            StreamOptions(inputs=(), output="out", window_seconds=bad)
