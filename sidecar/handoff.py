@@ -96,8 +96,9 @@ class Handoff:
         self._commands: queue.SimpleQueue[PendingCommand] = queue.SimpleQueue()
         self._waker: PollWaker = NO_WAKEUPS
         self._held: list[PendingCommand] = []  # consumer thread only: not runnable yet
-        self._closed = False
-        self._why_closed = "the group member has stopped"
+        # Why the consumer thread is done (``close``); ``None`` while it runs. One field,
+        # written once, so the loop never sees it closed without its reason.
+        self._closed: str | None = None
         self._side: LoopSide | None = None
         # Read from both sides; replaced (never mutated) by the consumer thread.
         self._snapshot = initial
@@ -208,9 +209,10 @@ class Handoff:
 
     def close(self, why: str = "the group member has stopped") -> None:
         """The consumer thread is done: fail whatever is still queued or held back, and
-        every command sent from now on, with ``MemberGone(why)``."""
-        self._why_closed = why
-        self._closed = True
+        every command sent from now on, with ``MemberGone(why)``. The first reason given
+        stays (a fail stop during a drain is a failure, not the drain)."""
+        if self._closed is None:
+            self._closed = why
         self._fail_queued()
 
     def _call(self, callback: Callable[..., Any], *args: Any) -> bool:
@@ -223,7 +225,7 @@ class Handoff:
     def _fail_queued(self) -> None:
         for pending in self.take_commands():
             with contextlib.suppress(concurrent.futures.InvalidStateError):
-                pending.future.set_exception(MemberGone(self._why_closed))
+                pending.future.set_exception(MemberGone(self._closed or "closed"))
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -239,12 +241,12 @@ class Handoff:
         it will never run. When it was taken but has not finished, a plain ``TimeoutError``
         says the deadline passed while it runs on (a drain still leaving the group).
         """
-        if self._closed:
-            raise MemberGone(self._why_closed)
+        if self._closed is not None:
+            raise MemberGone(self._closed)
         pending = PendingCommand(command)
         self._commands.put(pending)
         self._waker.wake()
-        if self._closed:
+        if self._closed is not None:
             self._fail_queued()
         answer = asyncio.wrap_future(pending.future)
         try:

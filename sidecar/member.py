@@ -438,9 +438,9 @@ class GroupMember:
         if isinstance(command, EnforceRebalance):
             return self._enforce(command.reason, in_barrier=not between_polls)
         if isinstance(command, Leave):
-            self._left_because = command.reason
             self._leaving.set()
             self._close(reason=command.reason)
+            self._left_because = command.reason  # left as asked: not a failure
             self._core.stopped()
             self._publish()
             return self._handoff.snapshot

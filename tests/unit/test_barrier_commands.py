@@ -22,6 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.commands import EnforceRebalance, EnforceResult, Leave
+from sidecar.errors import MemberGone
 from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
@@ -186,5 +187,8 @@ def test_a_leave_from_inside_a_revoke_handler_waits_for_the_barrier(tmp_path: Pa
         assert len(app.expired) == 1  # it waited for its own leave: the revoke timeout
         await asyncio.to_thread(member.join, 5)
         assert not member.alive
+        # What comes after says the member left on request (it read as a failure).
+        with pytest.raises(MemberGone, match="left the group: drained from the revoke handler"):
+            await handoff.submit(EnforceRebalance("after the drain"), timeout=1)
 
     asyncio.run(main())
