@@ -115,6 +115,7 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
+        _drain_refused(request, http_status(exc), str(exc))
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
 
     @app.exception_handler(sqlite3.DatabaseError)
@@ -151,9 +152,10 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
             problems = [
                 f"the body is read as JSON only with Content-Type: application/json, not {sent!r}"
             ]
+        status = 422 if in_body else 400
+        _drain_refused(request, status, "; ".join(problems))
         return JSONResponse(
-            {"error": "invalid request: " + "; ".join(problems), "detail": errors},
-            status_code=422 if in_body else 400,
+            {"error": "invalid request: " + "; ".join(problems), "detail": errors}, status
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -169,6 +171,18 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
             headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
             {"error": json_safe(detail)}, status_code=exc.status_code, headers=headers
+        )
+
+
+def _drain_refused(request: Request, status: int, why: str) -> None:
+    """A drain refused before it ran (a bad ``?deadline=``, a wrong token) leaves the
+    member in the group, and the kubelet, whose ``preStop`` it was, reports nothing of an
+    answer's status: the log must."""
+    if request.url.path == "/drain" and status < 500:
+        log.error(
+            "drain refused: the member did not leave the group",
+            status=status,
+            error=json_safe(why),
         )
 
 

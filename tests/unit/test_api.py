@@ -25,6 +25,7 @@ from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from starlette.types import Message, Receive, Scope, Send
+from structlog.testing import capture_logs
 
 from sidecar import api as api_module
 from sidecar.api import MAX_BODY_BYTES, create_admin_app, create_app
@@ -423,9 +424,14 @@ def test_head_is_get_without_the_body_but_where_get_acts(tmp_path: Path) -> None
         # ?deadline= as on the control API's drain: a hook's path may carry it; a bad one
         # was ignored (and the drain ran with the default), now it is a 400 and no drain.
         for bad, says in (("abc", "valid number"), ("nan", "finite"), ("-1", "greater than")):
-            refused = await client.get(f"/drain?deadline={bad}")
+            with capture_logs() as logged:
+                refused = await client.get(f"/drain?deadline={bad}")
             assert refused.status_code == 400, (bad, refused.text)
             assert says in refused.json()["error"], (bad, refused.text)
+            # The kubelet says nothing of a hook's answer: the log says no drain happened.
+            (line,) = [e for e in logged if e["event"].startswith("drain refused")]
+            assert line["log_level"] == "error" and line["status"] == 400
+            assert says in line["error"]
         assert runtime.drained == 1
         await client.get("/drain?deadline=60")
         assert runtime.deadlines == [runtime.settings.drain_timeout_ms / 1000, 60.0]
