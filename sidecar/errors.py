@@ -124,9 +124,9 @@ class StaleGeneration(MemberRefused):
     def __init__(self, requested: int, current: int) -> None:
         self.requested = requested
         self.current = current
-        # Ahead of the member: a generation it has not reached (or one from another
-        # group's numbers), not one it moved on from.
-        what = "is stale" if requested < current else "is not one the member has reached"
+        # Ahead of the member's is not "stale": a generation it has not reached, or (the
+        # KIP-848 epoch of a member fenced and rejoined lower) one it no longer has.
+        what = "is stale" if requested < current else "is not the member's"
         super().__init__(
             f"generation {requested} {what}: the member is at {current}",
             generation_id=current,

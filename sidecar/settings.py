@@ -20,6 +20,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -61,18 +62,20 @@ _MIB = 1024 * 1024
 # it takes "45000x" as 45000, where Python's int() refuses it).
 NUMERIC_KAFKA_PROPERTIES = ("session.timeout.ms", "max.poll.interval.ms", "socket.timeout.ms")
 
-# librdkafka properties the sidecar owns: letting users override them would break the
-# guarantees (we never fetch, never auto-commit, and own the callbacks and identity).
-# librdkafka properties the sidecar sets itself, and what to set instead.
-RESERVED_KAFKA_PROPERTIES = {
-    "group.id": f"set {ENV_PREFIX}GROUP_ID",
-    "bootstrap.servers": f"set {ENV_PREFIX}BOOTSTRAP_SERVERS",
-    "enable.auto.commit": "nothing to set (the sidecar commits what the application says)",
-    "enable.auto.offset.store": "nothing to set (the sidecar fetches no records)",
-    "group.instance.id": f"set {ENV_PREFIX}GROUP_INSTANCE_ID",
-    "group.protocol": f"set {ENV_PREFIX}GROUP_PROTOCOL",
-    "partition.assignment.strategy": f"set {ENV_PREFIX}ASSIGNMENT_STRATEGY",
-}
+# librdkafka properties the sidecar owns, and what to set instead: letting users override
+# them would break the guarantees (it never fetches, never auto-commits, and owns the
+# callbacks and the identity).
+RESERVED_KAFKA_PROPERTIES: Mapping[str, str] = MappingProxyType(
+    {
+        "group.id": f"set {ENV_PREFIX}GROUP_ID",
+        "bootstrap.servers": f"set {ENV_PREFIX}BOOTSTRAP_SERVERS",
+        "enable.auto.commit": "nothing to set (the sidecar commits what the application says)",
+        "enable.auto.offset.store": "nothing to set (the sidecar fetches no records)",
+        "group.instance.id": f"set {ENV_PREFIX}GROUP_INSTANCE_ID",
+        "group.protocol": f"set {ENV_PREFIX}GROUP_PROTOCOL",
+        "partition.assignment.strategy": f"set {ENV_PREFIX}ASSIGNMENT_STRATEGY",
+    }
+)
 
 # Kafka's own rule for a topic name (``Topic.validate``): the broker refuses any other.
 _TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
@@ -596,7 +599,7 @@ class Settings(BaseSettings):
             )
         if not is_loopback(self.api_host) and self.api_token is None:
             raise ValueError(
-                f"{ENV_PREFIX}API_HOST={self.api_host} is not loopback: set SIDECAR_API_TOKEN "
+                f"{ENV_PREFIX}API_HOST={self.api_host} is not loopback: set {ENV_PREFIX}API_TOKEN "
                 "so mutating endpoints are not open to the network"
             )
         return self

@@ -177,7 +177,7 @@ def test_commit_names_its_generation_and_a_stale_one_is_409(tmp_path: Path) -> N
         (command,) = member.commands
         assert isinstance(command, Commit) and command.generation_id == 3
         ahead = str(StaleGeneration(requested=12, current=7))
-        assert ahead == "generation 12 is not one the member has reached: the member is at 7"
+        assert ahead == "generation 12 is not the member's: the member is at 7"
         invalid = await client.post("/commit", json={**COMMIT, "generation_id": "seven"})
         assert invalid.status_code == 422
 
