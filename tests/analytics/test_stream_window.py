@@ -33,21 +33,39 @@ def event_time(event: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(str(event["time"]))
 
 
+def fleet_events(tmp_path: Path, groups: int, events: int, seed: int) -> list[dict[str, Any]]:
+    fleet = tmp_path / "fleet.jsonl"
+    write_fleet_file(fleet, FleetSpec(groups=groups, events=events, seed=seed))
+    return [json.loads(line) for line in fleet.read_text().splitlines()]
+
+
+def windowed(spark: SparkSession, output: Path, window: float) -> TableRefresher:
+    options = StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
+    return TableRefresher(spark, options)
+
+
+def assert_tables_of(
+    spark: SparkSession, output: Path, events: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The tables in ``output`` are the batch job's tables of ``events``."""
+    expected_file = tmp_path / "expected.jsonl"
+    expected_file.write_text("".join(json.dumps(e) + "\n" for e in events))
+    expected = collect_tables(spark, expected_file)
+    for name in TABLE_NAMES:
+        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
+
+
 def test_windowed_tables_are_the_tables_of_the_events_in_the_window(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    fleet = tmp_path / "fleet.jsonl"
-    write_fleet_file(fleet, FleetSpec(groups=4, events=2000, seed=9))
-    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    events = fleet_events(tmp_path, groups=4, events=2000, seed=9)
     times = sorted(event_time(e) for e in events)
     # About the last third of the fleet's span, ending exactly on an event: the edge is
     # measured from the newest event (not the clock), and an event on it is inside.
     edge = times[len(times) * 2 // 3]
     window = (times[-1] - edge).total_seconds()
     output = tmp_path / "out"
-    refresher = TableRefresher(
-        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
-    )
+    refresher = windowed(spark, output, window)
     # In a time zone with daylight saving: the edge must not move with the session's.
     previous = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
@@ -63,11 +81,7 @@ def test_windowed_tables_are_the_tables_of_the_events_in_the_window(
     inside = [e for e in events if event_time(e) >= edge]
     assert 0 < len(inside) < len(events) * 0.6
     assert sum(1 for e in events if event_time(e) == edge) >= 1
-    expected_file = tmp_path / "inside.jsonl"
-    expected_file.write_text("".join(json.dumps(e) + "\n" for e in inside))
-    expected = collect_tables(spark, expected_file)
-    for name in TABLE_NAMES:
-        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
+    assert_tables_of(spark, output, inside, tmp_path)
     # Everything read is still kept: a window is a view, not a retention.
     assert spark.read.parquet(str(output / EVENTS_DIR)).count() == len(events)
 
@@ -76,14 +90,10 @@ def test_an_event_older_than_the_window_changes_no_table(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """A late event from before the window (a sidecar's backlog) is kept, not counted."""
-    fleet = tmp_path / "fleet.jsonl"
-    write_fleet_file(fleet, FleetSpec(groups=2, events=400, seed=3))
-    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    events = fleet_events(tmp_path, groups=2, events=400, seed=3)
     newest = max(event_time(e) for e in events)
     output = tmp_path / "out"
-    refresher = TableRefresher(
-        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=3600)
-    )
+    refresher = windowed(spark, output, 3600)
     refresher(kafka_batch(spark, events), 0)
     before = {name: canonical(written_rows(spark, output, name)) for name in TABLE_NAMES}
     late = dict(events[0])
@@ -101,18 +111,14 @@ def test_an_event_from_a_clock_years_ahead_does_not_empty_the_tables(
 ) -> None:
     """The edge is measured from the newest event: one from a host whose clock is in
     2036 moved it past every other event, and the tables were empty for good."""
-    fleet = tmp_path / "fleet.jsonl"
-    write_fleet_file(fleet, FleetSpec(groups=2, events=400, seed=3))
-    events = [json.loads(line) for line in fleet.read_text().splitlines()]
+    events = fleet_events(tmp_path, groups=2, events=400, seed=3)
     newest = max(event_time(e) for e in events)
     ahead = dict(events[-1])
     ahead["id"] = "from-a-clock-ten-years-ahead"
     ahead["time"] = "2036-01-01T00:00:00Z"
     window = 3600.0
     output = tmp_path / "out"
-    refresher = TableRefresher(
-        spark, StreamOptions(inputs=(), output=output, report=False, window_seconds=window)
-    )
+    refresher = windowed(spark, output, window)
     refresher(kafka_batch(spark, [*events, ahead]), 0)
     rows = written_rows(spark, output, "ownership")
     assert rows, "the tables were emptied"
@@ -120,11 +126,7 @@ def test_an_event_from_a_clock_years_ahead_does_not_empty_the_tables(
     # the edge, so it counts like any other event in the window.
     start = newest - timedelta(seconds=window)
     inside = [e for e in events if event_time(e) >= start] + [ahead]
-    expected_file = tmp_path / "inside.jsonl"
-    expected_file.write_text("".join(json.dumps(e) + "\n" for e in inside))
-    expected = collect_tables(spark, expected_file)
-    for name in TABLE_NAMES:
-        assert canonical(written_rows(spark, output, name)) == canonical(expected[name]), name
+    assert_tables_of(spark, output, inside, tmp_path)
 
 
 def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
