@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from sidecar.handoff import BarrierDone, BarrierOutcome
-from sidecar.model import MAX_OFFSET, MAX_PARTITION, Event, PartitionOffset
+from sidecar.model import MAX_OFFSET, MAX_PARTITION, Event, PartitionOffset, whole_number
 
 
 @dataclass
@@ -141,19 +141,19 @@ def parse_offsets(body: bytes, owned: set[Any]) -> tuple[PartitionOffset, ...]:
     return offsets
 
 
-def _whole(value: Any, most: int) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
-
-
 def _offset(index: int, item: Any, owned: set[Any]) -> PartitionOffset:
     if not isinstance(item, dict) or set(item) - {"topic", "partition", "offset", "metadata"}:
         raise ValueError(f"offsets[{index}] must be {{topic, partition, offset}}")
-    topic, partition, offset = item.get("topic"), item.get("partition"), item.get("offset")
-    # Not a bool: True == 1 would name partition 1, or commit offset 1. Bounded: a larger
-    # offset makes confluent-kafka's TopicPartition raise OverflowError in the callback.
-    if not isinstance(topic, str) or not _whole(partition, MAX_PARTITION):
-        raise ValueError(f"offsets[{index}] needs a topic string and a partition >= 0")
-    if not _whole(offset, MAX_OFFSET):
+    topic = item.get("topic")
+    # Whole numbers as POST /commit takes them: never a bool (True == 1 would name
+    # partition 1, or commit offset 1). Bounded: a larger offset makes confluent-kafka's
+    # TopicPartition raise OverflowError in the callback.
+    partition, offset = whole_number(item.get("partition")), whole_number(item.get("offset"))
+    if not isinstance(topic, str) or partition is None or not 0 <= partition <= MAX_PARTITION:
+        raise ValueError(
+            f"offsets[{index}] needs a topic string and a partition >= 0 (at most {MAX_PARTITION})"
+        )
+    if offset is None or not 0 <= offset <= MAX_OFFSET:
         raise ValueError(f"offsets[{index}].offset must be an integer >= 0 (at most {MAX_OFFSET})")
     po = PartitionOffset(topic, partition, offset)
     if po.tp not in owned:

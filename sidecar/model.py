@@ -21,6 +21,23 @@ Protocol = Literal["eager", "cooperative"]
 MAX_OFFSET = 2**63 - 1
 #: The largest partition number an offset may name (Kafka allows far fewer per topic).
 MAX_PARTITION = 1_000_000
+#: From here on a JSON number with a fraction or an exponent (``1e17``) is no longer
+#: every whole number (``9007199254740993.0`` reads as 2**53): a float would commit a
+#: neighbouring offset. Every whole number below it is exact.
+EXACT_FLOAT_LIMIT = 2**53
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as a whole number when JSON wrote one: ``5`` or ``5.0``; ``None`` for a
+    boolean (``true`` is not 1), a string, a fraction, or a float too large to be exact."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < EXACT_FLOAT_LIMIT:
+        return int(value)
+    return None
+
 
 #: Digits of the ``sequence`` extension: SQLite's largest INTEGER (2**63 - 1) has 19, so
 #: every sequence fits and string order is numeric order, as the CloudEvents sequence

@@ -6,19 +6,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from sidecar.model import MAX_OFFSET, MAX_PARTITION
+from sidecar.model import MAX_OFFSET, MAX_PARTITION, whole_number
 
 
-def _not_bool_or_text(value: Any) -> Any:
+def _whole(value: Any) -> Any:
     if isinstance(value, bool | str | bytes):
         raise ValueError("must be a JSON number, not a boolean or a string")
-    return value
+    if isinstance(value, float) and whole_number(value) is None and value.is_integer():
+        raise ValueError(
+            "a whole number this large must be written without a fraction or an exponent"
+        )
+    return value  # pydantic's int: 5.0 is 5, 5.5 is refused
 
 
 #: A whole number as JSON writes one: ``5`` or ``5.0`` (JSON Schema's ``integer`` takes
 #: both), never ``true`` or ``"5"``, which pydantic would read as 1 and 5 (an offset
-#: read from ``true`` was committed as 1).
-WholeNumber = Annotated[int, BeforeValidator(_not_bool_or_text)]
+#: read from ``true`` was committed as 1), nor ``1e17``, which is not exact.
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
 
 
 class _Strict(BaseModel):
@@ -66,6 +70,12 @@ class OffsetIn(_Strict):
     offset: WholeNumber = Field(ge=0, le=MAX_OFFSET)
 
 
+# The bounds before the validator and on the number, not on the optional field: the
+# OpenAPI then says them as minimum and maximum (they came out as "ge"/"le" otherwise,
+# words no JSON Schema client reads).
+_Generation = Annotated[int, Field(ge=-1, le=2**31 - 1), BeforeValidator(_whole)]
+
+
 class CommitIn(_Strict):
     offsets: list[OffsetIn] = Field(
         min_length=1,
@@ -73,10 +83,8 @@ class CommitIn(_Strict):
         description="One offset per partition (a partition named twice is refused: Kafka "
         "would keep whichever came last, maybe the lower one).",
     )
-    generation_id: WholeNumber | None = Field(
+    generation_id: _Generation | None = Field(
         default=None,
-        ge=-1,
-        le=2**31 - 1,
         description="Fencing: refuse (409) unless the member is still in this generation "
         "(the `generation_id` of the `assigned` event or `/assignment` the app acted on).",
     )

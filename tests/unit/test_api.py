@@ -833,3 +833,32 @@ def test_a_router_with_a_prefix_is_refused_rather_than_served_head_wrongly() -> 
     """HEAD matching uses the routers' own routes, whose paths do not carry a prefix."""
     with pytest.raises(ValueError, match="prefix"):
         api_module.get_only_routes([APIRouter(prefix="/v1")])
+
+
+def test_whole_numbers_in_bodies_are_json_schema_integers_and_exact() -> None:
+    """5.0 is 5 (JSON Schema's integer); true, "5" and a float too large to be exact are
+    refused; and the OpenAPI keeps generation_id's bounds as minimum and maximum (on the
+    optional field they came out as "ge"/"le", which no JSON Schema client reads)."""
+    from pydantic import ValidationError
+
+    from sidecar.schemas import CommitIn, OffsetIn
+
+    one = {"topic": "t", "partition": 0}
+    assert OffsetIn.model_validate({**one, "offset": 5.0}).offset == 5
+    for bad, says in (
+        (True, "not a boolean"),
+        ("5", "not a boolean or a string"),
+        (9007199254740993.0, "without a fraction or an exponent"),
+        (1e17, "without a fraction or an exponent"),
+        (5.5, "fractional part"),
+    ):
+        with pytest.raises(ValidationError, match=says):
+            OffsetIn.model_validate({**one, "offset": bad})
+    body = {"offsets": [{**one, "offset": 1}]}
+    assert CommitIn.model_validate({**body, "generation_id": 7.0}).generation_id == 7
+    with pytest.raises(ValidationError):
+        CommitIn.model_validate({**body, "generation_id": -2})
+    schema = CommitIn.model_json_schema()
+    (number, _null) = schema["properties"]["generation_id"]["anyOf"]
+    assert (number["minimum"], number["maximum"]) == (-1, 2**31 - 1)
+    assert "ge" not in number and "le" not in number

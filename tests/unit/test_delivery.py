@@ -347,6 +347,9 @@ def test_barrier_timeout_is_recorded_and_delivery_goes_on(tmp_path: Path) -> Non
         (b'{"offsets": [{"topic": "t", "partition": true, "offset": 5}]}', "partition >= 0"),
         # Past a signed 64-bit offset: TopicPartition raised OverflowError in the callback.
         (b'{"offsets": [{"topic": "t", "partition": 0, "offset": %d}]}' % 2**64, "at most"),
+        # A float past 2**53 is not exact: 1e17 would commit a neighbouring offset.
+        (b'{"offsets": [{"topic": "t", "partition": 0, "offset": 1e17}]}', "integer"),
+        (b'{"offsets": [{"topic": "t", "partition": 1000001, "offset": 1}]}', "at most 1000000"),
         (b'{"offsets": [{"topic": "t", "partition": 5, "offset": 1}]}', "not being revoked"),
         (b'{"offsets": [{"topic": "t", "partition": 0, "offset": 1, "x": 1}]}', "must be"),
         (b'{"offsets": ["t"]}', "must be"),
@@ -364,6 +367,9 @@ def test_plain_acknowledgements_hand_back_nothing() -> None:
     assert parse_offsets(b'{"offsets": [{"topic": "t", "partition": 0, "offset": 3}]}', owned) == (
         PartitionOffset("t", 0, 3),
     )
+    # Whole numbers as POST /commit takes them: 3.0 is 3 (JSON Schema's integer).
+    whole = b'{"offsets": [{"topic": "t", "partition": 0.0, "offset": 3.0}]}'
+    assert parse_offsets(whole, owned) == (PartitionOffset("t", 0, 3),)
 
 
 @pytest.mark.parametrize(
