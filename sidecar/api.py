@@ -115,7 +115,8 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
     @app.exception_handler(SidecarError)
     async def domain_error(request: Request, exc: SidecarError) -> JSONResponse:
-        _drain_refused(request, http_status(exc), str(exc))
+        if http_status(exc) >= 400:
+            _drain_refused(request, http_status(exc), str(exc))
         return JSONResponse(http_body(exc), status_code=http_status(exc), headers=http_headers(exc))
 
     @app.exception_handler(sqlite3.DatabaseError)
@@ -163,10 +164,8 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         headers = getattr(exc, "headers", None)
         detail = str(exc.detail)
         if exc.status_code == 400 and detail == _FASTAPI_UNDECODABLE:
-            detail = (
-                "the body cannot be decoded: it is not UTF-8, or JSON nested deeper than "
-                "the parser allows"
-            )
+            detail = _undecodable(exc.__cause__)
+        _drain_refused(request, exc.status_code, detail)
         if exc.status_code == 405 and (allowed := allowed_methods(request, routes)):
             headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
@@ -175,19 +174,33 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
 
 def _drain_refused(request: Request, status: int, why: str) -> None:
-    """A drain refused before it ran (a bad ``?deadline=``, a wrong token) leaves the
-    member in the group, and the kubelet, whose ``preStop`` it was, reports nothing of an
-    answer's status: the log must."""
-    if request.url.path == "/drain" and status < 500:
-        log.error(
-            "drain refused: the member did not leave the group",
-            status=status,
-            error=json_safe(why),
-        )
+    """A drain that failed (a bad ``?deadline=``, a wrong token or method: refused; a busy
+    member or a deadline passed: not finished) may leave the member in the group, and the
+    kubelet, whose ``preStop`` it was, reports nothing of an answer's status: the log must.
+    On both listeners: the control API's drain is the app container's hook."""
+    if request.url.path != "/drain":
+        return
+    log.error(
+        "drain refused: the member did not leave the group"
+        if status < 500
+        else "drain not finished: the member may still be in the group",
+        status=status,
+        error=json_safe(why),
+        peer=request.client.host if request.client else None,
+    )
 
 
 # FastAPI's whole message for a body it could not decode (``fastapi.routing``).
 _FASTAPI_UNDECODABLE = "There was an error parsing the body"
+
+
+def _undecodable(cause: BaseException | None) -> str:
+    """Why FastAPI could not decode a body, from what it raised on the way."""
+    if isinstance(cause, UnicodeDecodeError):
+        return "the body cannot be decoded: it is not UTF-8"
+    if isinstance(cause, RecursionError):
+        return "the body cannot be decoded: JSON nested deeper than the parser allows"
+    return "the body could not be read as JSON"
 
 
 def allowed_methods(request: Request, routes: Sequence[BaseRoute]) -> list[str]:

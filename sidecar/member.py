@@ -573,6 +573,6 @@ class GroupMember:
         """Fail stop (the listener could not journal): the loop ends, then the process.
         Commands still queued, and any sent from now on, are answered ``MemberGone``."""
         self._leaving.set()
-        self._handoff.close()
+        self._handoff.close(f"the group member stopped: {reason}")
         self._told(self._commits.abandon("the member stopped"))
         self._fail_stop(reason)

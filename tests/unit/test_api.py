@@ -415,12 +415,17 @@ def test_head_is_get_without_the_body_but_where_get_acts(tmp_path: Path) -> None
 
     async def admin(runtime: InProcess, client: httpx.AsyncClient) -> None:
         assert (await client.head("/livez")).status_code == 200
-        refused = await client.head("/drain")
-        assert refused.status_code == 405
-        assert refused.headers["allow"] == "GET, POST"
-        assert runtime.drained == 0
-        await client.get("/drain")  # 504 here: this runtime's drain never leaves the group
-        assert runtime.drained == 1
+        with capture_logs() as logged:
+            refused = await client.head("/drain")
+            assert refused.status_code == 405
+            assert refused.headers["allow"] == "GET, POST"
+            assert runtime.drained == 0
+            # 504 here: this runtime's drain never leaves the group.
+            assert (await client.get("/drain")).status_code == 504
+            assert runtime.drained == 1
+        # Every drain that failed is in the log (the kubelet reports nothing of it).
+        failed = [(e["event"].split(":")[0], e["status"]) for e in logged if "drain" in e["event"]]
+        assert failed == [("drain refused", 405), ("drain not finished", 504)]
         # ?deadline= as on the control API's drain: a hook's path may carry it; a bad one
         # was ignored (and the drain ran with the default), now it is a 400 and no drain.
         for bad, says in (("abc", "valid number"), ("nan", "finite"), ("-1", "greater than")):
