@@ -135,47 +135,50 @@ def test_what_the_client_sends_in_time_is_served_past_the_deadline(demo: Demo) -
     assert answered >= 5
 
 
-def _first_response(conn: socket.socket) -> bytes:
-    """A response's head, and its body when it has a length (a refusal's; a stream has
-    none): one ``recv`` may hold the head alone."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        assert chunk, f"closed after {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    sized = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
-    if sized:
-        length = int(sized[0].split(b":", 1)[1])
-        while len(body) < length:
-            chunk = conn.recv(65536)
-            assert chunk, f"closed after {data!r}"
-            body += chunk
-    return head + b"\r\n\r\n" + body
-
-
-def _read_response(conn: socket.socket, body: bool = True) -> bytes:
-    """One whole response's head (its Content-Length says how long the body is; a
-    ``HEAD``'s has none)."""
+def _head_and_more(conn: socket.socket) -> tuple[bytes, bytes]:
+    """A response's head, and what came after it in the same reads."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         assert chunk, f"closed after {data!r}"
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _content_length(head: bytes) -> int | None:
+    sized = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    return int(sized[0].split(b":", 1)[1]) if sized else None
+
+
+def _body(conn: socket.socket, length: int, rest: bytes) -> bytes:
+    """Read on until ``length`` bytes of body are in (``rest``: read already)."""
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed after {rest!r}"
+        rest += chunk
+    return rest
+
+
+def _first_response(conn: socket.socket) -> bytes:
+    """A response's head, and its body when it has a length (a refusal's; a stream has
+    none): one ``recv`` may hold the head alone."""
+    head, rest = _head_and_more(conn)
+    length = _content_length(head)
+    return head + b"\r\n\r\n" + (rest if length is None else _body(conn, length, rest))
+
+
+def _read_response(conn: socket.socket, body: bool = True) -> bytes:
+    """One whole response's head (its Content-Length says how long the body is; a
+    ``HEAD``'s has none)."""
+    head, rest = _head_and_more(conn)
     if not body:
         assert rest == b""
         return head
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(rest) < length:
-        chunk = conn.recv(65536)
-        assert chunk
-        rest += chunk
-    assert len(rest) == length, "a second response arrived with the first: read them apart"
+    length = _content_length(head)
+    assert length is not None, f"no Content-Length: {head!r}"
+    whole = _body(conn, length, rest)
+    assert len(whole) == length, "a second response arrived with the first: read them apart"
     return head
 
 
