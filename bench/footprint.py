@@ -13,7 +13,10 @@ system over the window, % of one core) while idle in the stable group, and while
 HTTP load generator keeps 10 connections busy on ``GET /assignment``. The idle figure's
 floor is measured in the same run: a bare confluent-kafka consumer with the sidecar's
 group settings and its idle poll timeout (190 ms: commands wake the sidecar's poll), idle
-in a group of its own on the same topic.
+in a group of its own on the same topic. Last, the same sidecar with the ``ctypes``
+wake-up off (``SIDECAR_POLL_WAKEUP=false``, a plain poll every ``SIDECAR_POLL_TIMEOUT_MS``):
+its idle CPU and ``POST /commit`` latency against the default's, the measurement that keeps
+the wake-up on by default.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from bench.bare import BareMember, BareProcess
 from bench.common import (
@@ -41,6 +45,7 @@ from bench.loads import Load, run_load
 from bench.processes import SHIPPED, Usage, mb, observe, shipped_sidecar, start_timed, stop
 from bench.receiver import ReceiverProcess
 from sidecar.member import WOKEN_POLL_SECONDS
+from sidecar.settings import Settings
 from sidecar.subscriptions import new_secret
 from sidecar.testkit.kafka import create_topic, unique
 from sidecar.testkit.sidecars import Sidecar
@@ -50,6 +55,10 @@ LOAD_CONNECTIONS = 10
 # How often the sidecar's member thread wakes when idle: its poll timeout while commands
 # wake the poll (the default; sidecar.wakeup).
 POLL_MS: int = round(WOKEN_POLL_SECONDS * 1000)
+NO_WAKEUP = (
+    f"plain poll every {Settings.model_fields['poll_timeout_ms'].default} ms "
+    "(`SIDECAR_POLL_WAKEUP=false`)"
+)
 
 
 def bare_join(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
@@ -126,6 +135,9 @@ def run(ctx: Context) -> SectionResult:
         time.sleep(0.5)
         loaded = observe(pid, ctx.sizes.window)
         generator.join()
+        stop(sidecar)
+        sidecar = None
+        unwoken, unwoken_commands = _without_wakeups(ctx, topic, root, webhook)
     finally:
         if sidecar is not None:
             stop(sidecar)
@@ -140,6 +152,11 @@ def run(ctx: Context) -> SectionResult:
     )
     command_p50, command_p99 = percentile(commands, 50), percentile(commands, 99)
     ctx.say(f"  POST /commit when idle: p50 {ms(command_p50)}, p99 {ms(command_p99)}")
+    plain_p50, plain_p99 = percentile(unwoken_commands, 50), percentile(unwoken_commands, 99)
+    ctx.say(
+        f"  {NO_WAKEUP}: CPU {unwoken.cpu_percent:.2f} %, POST /commit p50 {ms(plain_p50)}, "
+        f"p99 {ms(plain_p99)}"
+    )
     ctx.say(
         f"  under load ({loads[0].requests_per_second:,.0f} req/s): RSS {mb(loaded.rss_max)}, "
         f"CPU {loaded.cpu_percent:.1f} %"
@@ -172,6 +189,7 @@ def run(ctx: Context) -> SectionResult:
                     bare_idle,
                     2 * ctx.sizes.window,
                 ),
+                _usage(f"idle, {NO_WAKEUP}", unwoken, 2 * ctx.sizes.window),
                 _usage(
                     f"GET /assignment load ({LOAD_CONNECTIONS} connections, "
                     f"{loads[0].requests_per_second:,.0f} req/s)",
@@ -205,6 +223,27 @@ def run(ctx: Context) -> SectionResult:
         f"moments (the poll loop woken, the commit's broker round trip and HTTP): "
         f"p50 {ms(command_p50)}, p99 {ms(command_p99)}."
     )
+    result.tables.append(
+        Table(
+            ["poll", "idle CPU (% of one core)", "POST /commit p50", "p99"],
+            [
+                [
+                    f"woken by commands (the default), idle poll {POLL_MS} ms",
+                    f"{idle.cpu_percent:.2f} %",
+                    ms(command_p50),
+                    ms(command_p99),
+                ],
+                [
+                    NO_WAKEUP,
+                    f"{unwoken.cpu_percent:.2f} %",
+                    ms(plain_p50),
+                    ms(plain_p99),
+                ],
+            ],
+            caption="The ctypes wake-up (`sidecar/wakeup.py`) against a plain poll, same run: "
+            "what keeps it on by default.",
+        )
+    )
     result.raw = {
         "http_ready": http_ready,
         "assigned": assigned,
@@ -214,6 +253,8 @@ def run(ctx: Context) -> SectionResult:
         "bare_idle": bare_idle.__dict__,
         "commands": commands,
         "loaded": loaded.__dict__,
+        "unwoken_idle": unwoken.__dict__,
+        "unwoken_commands": unwoken_commands,
         "load": loads[0].__dict__,
     }
     return result
@@ -238,6 +279,30 @@ def _bare_idle(ctx: Context, topic: str) -> Usage:
         return observe(member.process.pid, 2 * ctx.sizes.window)
     finally:
         member.stop()
+
+
+def _without_wakeups(
+    ctx: Context, topic: str, root: Path, webhook: dict[str, str]
+) -> tuple[Usage, list[float]]:
+    """Idle CPU and ``POST /commit`` latency of the same sidecar with the wake-up off
+    (``SIDECAR_POLL_WAKEUP=false``): it polls every ``SIDECAR_POLL_TIMEOUT_MS``."""
+    sidecar = shipped_sidecar(
+        ctx.bootstrap,
+        unique("bench-footprint-plain"),
+        topic,
+        root / "no-wakeup",
+        webhook,
+        ctx.sidecar_python,
+        {"SIDECAR_POLL_WAKEUP": "false"},
+    )
+    try:
+        start_timed(sidecar)
+        assert sidecar.process is not None
+        time.sleep(2.0)  # settle, as for the first sidecar
+        usage = observe(sidecar.process.pid, 2 * ctx.sizes.window)
+        return usage, _command_latencies(sidecar, topic, ctx.sizes.idle_commands)
+    finally:
+        stop(sidecar)
 
 
 def _command_latencies(sidecar: Sidecar, topic: str, count: int) -> list[float]:

@@ -39,6 +39,7 @@ def shipped_sidecar(
     data_dir: Path,
     webhook: dict[str, str] | None,
     python: str,
+    extra_env: dict[str, str] | None = None,
 ) -> Sidecar:
     return Sidecar(
         bootstrap,
@@ -48,7 +49,7 @@ def shipped_sidecar(
         strategy=None,
         revoke_timeout_ms=30_000,
         webhooks=[webhook] if webhook else None,
-        extra_env=SHIPPED,
+        extra_env={**SHIPPED, **(extra_env or {})},
         name=data_dir.name,
         python=python,
     )
