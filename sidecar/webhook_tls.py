@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import certifi
@@ -45,7 +45,7 @@ class TLSFiles:
     ca: Path | None = None
     certificate: Path | None = None
     key: Path | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never shown
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TLSFiles:
