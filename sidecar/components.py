@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
@@ -25,8 +26,10 @@ from sidecar.handoff import BarrierDone, BarrierOutcome, Handoff
 from sidecar.journal import Journal, JournalUnopenable
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, Event, MemberState
-from sidecar.settings import Settings
+from sidecar.settings import InvalidSettings, Settings
 from sidecar.subscriptions import Registry
+from sidecar.webhook_http import WebhookClient
+from sidecar.webhook_tls import WebhookTLS
 
 
 class Fanout:
@@ -90,6 +93,10 @@ def build_components(
     """Open the journal and wire everything around it; ``StartupError`` if it cannot."""
     loop = asyncio.get_running_loop()
     try:
+        tls = WebhookTLS.from_settings(settings)  # before the journal: nothing to undo
+    except InvalidSettings as exc:
+        raise StartupError(str(exc)) from None
+    try:
         # The loop side only reads and records deliveries; the member thread opens its own
         # durable connection for the appends that must survive kill -9.
         journal = Journal(settings.data_dir, durable=journal_durable)
@@ -132,6 +139,7 @@ def build_components(
             settings.webhook_max_attempts,
             settings.webhook_max_age_ms / 1000,
         ),
+        client_factory=partial(WebhookClient, tls_source=tls.context) if tls else WebhookClient,
     )
     registry = Registry(
         journal, dispatcher, settings.webhook_allowed_hosts, max_count=settings.webhook_max_count

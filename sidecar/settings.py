@@ -13,8 +13,6 @@ Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import json
 import re
 import warnings
@@ -24,8 +22,6 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
@@ -42,16 +38,14 @@ from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.loopback import is_loopback
+from sidecar.settings_values import EVENT_TYPES as EVENT_TYPES
+from sidecar.settings_values import WebhookSpec as WebhookSpec
+from sidecar.settings_values import is_ipv6 as _is_ipv6
+from sidecar.settings_values import is_text as _is_text
+from sidecar.settings_values import librdkafka_text as _librdkafka_text
 
 CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
 ENV_FILE_ENV = "SIDECAR_ENV_FILE"
-
-EVENT_TYPES = (
-    "kafka.partitions.assigned",
-    "kafka.partitions.revoked",
-    "kafka.partitions.lost",
-    "kafka.rebalance.requested",
-)
 
 # The longest duration a millisecond setting may name: the time and thread APIs these
 # reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
@@ -88,30 +82,6 @@ _HOST_PORT = re.compile(
 
 class InvalidSettings(Exception):
     """Settings that cannot run; ``str()`` names every offending setting."""
-
-
-class WebhookSpec(BaseModel):
-    """A webhook declared at deploy time (``SIDECAR_WEBHOOKS``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str
-    events: tuple[str, ...] = EVENT_TYPES[:3]
-    mode: Literal["blocking", "async"] = "blocking"
-    secret: SecretStr  # required: the application must know it to verify signatures
-    timeout_ms: int = Field(
-        default=10_000,
-        ge=100,
-        le=300_000,
-        description="One deadline for the whole POST (connect, TLS, send, answer).",
-    )
-    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-
-    @property
-    def subscription_id(self) -> str:
-        """Its subscription's id: the given one, else one derived from the URL (stable
-        across restarts)."""
-        return self.id or "cfg_" + hashlib.sha256(self.url.encode()).hexdigest()[:16]
 
 
 class Settings(BaseSettings):
@@ -251,6 +221,26 @@ class Settings(BaseSettings):
         ge=1,
         le=_DAY_MS,
         description="Largest retry delay, also caps `Retry-After`.",
+    )
+    webhook_tls_ca_location: Path | None = Field(
+        default=None,
+        description="PEM file of the CA certificate(s) that https webhooks' servers are "
+        "verified against, instead of the public ones (certifi's bundle); a private CA. "
+        "Reloaded when the file changes.",
+    )
+    webhook_tls_certificate_location: Path | None = Field(
+        default=None,
+        description="PEM client certificate (chain) sent to https webhooks that ask for one "
+        "(mutual TLS); the key may be in the same file. Reloaded when the file changes.",
+    )
+    webhook_tls_key_location: Path | None = Field(
+        default=None,
+        description="PEM private key of `SIDECAR_WEBHOOK_TLS_CERTIFICATE_LOCATION`, when not "
+        "in that file. Reloaded when the file changes.",
+    )
+    webhook_tls_key_password: SecretStr | None = Field(
+        default=None,
+        description="Password of an encrypted client key (never shown).",
     )
     events_topic: str | None = Field(
         default=None,
@@ -672,36 +662,3 @@ class Settings(BaseSettings):
                 f"missing required setting(s): {', '.join(missing)} "
                 "(or run `rebalance-sidecar demo` for the embedded cluster)"
             )
-
-
-def _is_text(value: object) -> bool:
-    """Every string in ``value`` encodes to UTF-8 (no lone surrogates) and holds no NUL
-    (C strings end there: librdkafka would take a group or topic name cut short, and a
-    path with one cannot be opened)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return "\x00" not in value
-    if isinstance(value, Mapping):
-        return all(_is_text(k) and _is_text(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(_is_text(v) for v in value)
-    return True
-
-
-def _is_ipv6(text: str) -> bool:
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _librdkafka_text(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return value

@@ -8,14 +8,17 @@ costs ~0.58 ms of CPU per POST on the benchmark machine, this ~0.11 ms: with eve
 of a group delivering at the same instant, or one event going to 50 subscribers, that CPU
 is the event path's cost (docs/benchmarks.md, finding 11).
 
-TLS verifies against certifi's CA bundle, as httpx did. Registration refuses URLs with
-credentials, so none are ever sent.
+TLS verifies against certifi's CA bundle, as httpx did, unless the ``SIDECAR_WEBHOOK_TLS_*``
+settings name a private CA or a client certificate (``sidecar.webhook_tls``, which hands
+each new connection its current context). Registration refuses URLs with credentials, so
+none are ever sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from urllib.parse import quote, urlsplit
@@ -108,8 +111,17 @@ class WebhookClient:
     """POSTs to webhook URLs over one reused connection. Loop-side only, never shared:
     each courier has its own (a request in flight owns the connection)."""
 
-    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tls: ssl.SSLContext | None = None,
+        tls_source: Callable[[], ssl.SSLContext] | None = None,
+    ) -> None:
+        """``tls``: one context for every https connection; ``tls_source``: asked for the
+        context at each new one (``webhook_tls.WebhookTLS.context``, which reloads files
+        that changed). Neither: certifi's bundle."""
         self._tls = tls
+        self._tls_source = tls_source
         self._key: tuple[str, str, int] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -162,7 +174,7 @@ class WebhookClient:
         self._drop()
         tls = None
         if target.scheme == "https":
-            tls = self._tls or default_tls()
+            tls = self._tls_source() if self._tls_source else self._tls or default_tls()
         try:
             self._reader, self._writer = await asyncio.open_connection(
                 target.host,

@@ -8,6 +8,7 @@ group-wide barrier from the receiving side, as an application would see it.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +55,12 @@ def accept(event: dict[str, Any]) -> tuple[int, Any, float]:
 
 class Receiver:
     def __init__(
-        self, secret: str, responder: Responder = accept, port: int = 0, retry_after: str = "0"
+        self,
+        secret: str,
+        responder: Responder = accept,
+        port: int = 0,
+        retry_after: str = "0",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.secret = secret
         self.responder = responder
@@ -62,11 +68,15 @@ class Receiver:
         self.received: list[Received] = []
         self.rejected: list[str] = []
         self.attempts = 0
+        self.peer_certificates: list[Any] = []  # over TLS: each request's client certificate
+        self.tls = tls
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
+        if tls is not None:  # the handshake at accept: one that fails is dropped there
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -75,7 +85,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/hook"
 
     def start(self) -> Receiver:
         self._thread.start()
@@ -112,6 +122,8 @@ class Receiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with receiver._lock:
                     receiver.attempts += 1
+                    if isinstance(self.connection, ssl.SSLSocket):
+                        receiver.peer_certificates.append(self.connection.getpeercert())
                 try:
                     event = Webhook(receiver.secret).verify(body, headers)
                 except Exception as exc:
@@ -153,9 +165,13 @@ class Receiver:
 
 @contextmanager
 def running(
-    secret: str, responder: Responder = accept, port: int = 0, retry_after: str = "0"
+    secret: str,
+    responder: Responder = accept,
+    port: int = 0,
+    retry_after: str = "0",
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[Receiver]:
-    receiver = Receiver(secret, responder, port, retry_after).start()
+    receiver = Receiver(secret, responder, port, retry_after, tls).start()
     try:
         yield receiver
     finally:

@@ -179,6 +179,7 @@ def test_helm_template_output_validates_for_every_ci_values_file(
         "classic-sidecar.yaml",
         "monitoring.yaml",
         "native-sidecar.yaml",
+        "secured-kafka.yaml",
         "servicemonitor.yaml",
         "statefulset-static.yaml",
     ]

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sidecar import daemon, journal
+from sidecar import daemon
 from sidecar.daemon import STOP_STEPS, Sidecar
 from sidecar.http_protocol import DeadlinedH11
-from sidecar.journal import Journal
+from sidecar.journal import Journal, retention
 from sidecar.model import TopicPartition
 from sidecar.probes import Lifecycle
 from sidecar.settings import Settings
@@ -238,7 +238,7 @@ def test_the_loop_runs_between_the_slices_of_a_size_cut(
     Between its slices the loop now runs: a coroutine beside it sees the journal part cut."""
     _wide_journal(tmp_path)
     monkeypatch.setattr(daemon, "_PRUNE_EVERY_SECONDS", 0.05)
-    monkeypatch.setattr(journal, "_SIZE_SLICE_BYTES", 256 * 1024)  # ~20 slices of 6 MB
+    monkeypatch.setattr(retention, "_SIZE_SLICE_BYTES", 256 * 1024)  # ~20 slices of 6 MB
     budget = 1024 * 1024
     seen: list[int] = []
 

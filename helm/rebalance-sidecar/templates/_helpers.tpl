@@ -423,6 +423,163 @@ it replaces the chart's entry (rebalance-sidecar.env).
 {{- end -}}
 {{- end -}}
 
+{{- /*
+Secrets the sidecar reads as files: one projected volume at
+/etc/rebalance-sidecar/secrets, one source per Secret, each key at a fixed path
+(kafka/..., webhook/...). Takes the usual argument; renders the projected
+volume's `sources` list, or nothing when no Secret is configured. The kubelet
+updates a projected volume in place when a Secret changes (no subPath): the
+sidecar reloads renewed webhook certificates; librdkafka reads its files when it
+connects.
+*/ -}}
+{{- define "rebalance-sidecar.secretSources" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $k := $c.values.sidecar.kafka -}}
+{{- $w := $c.values.sidecar.webhookTls -}}
+{{- with $k.existingSecret }}
+- secret:
+    name: {{ . }}
+    items:
+      - key: {{ $k.existingSecretKey }}
+        path: kafka/sasl-password
+{{- end }}
+{{- with $k.tls.caSecret }}
+- secret:
+    name: {{ . }}
+    items:
+      - key: {{ $k.tls.caSecretKey }}
+        path: kafka/ca.crt
+{{- end }}
+{{- with $k.tls.clientSecret }}
+- secret:
+    name: {{ . }}
+    items:
+      - key: {{ $k.tls.certificateKey }}
+        path: kafka/user.crt
+      - key: {{ $k.tls.keyKey }}
+        path: kafka/user.key
+      {{- with $k.tls.keyPasswordKey }}
+      - key: {{ . }}
+        path: kafka/user.key-password
+      {{- end }}
+{{- end }}
+{{- with $k.oauthbearer.existingSecret }}
+- secret:
+    name: {{ . }}
+    items:
+      - key: {{ $k.oauthbearer.clientSecretKey }}
+        path: kafka/oauthbearer-client-secret
+{{- end }}
+{{- if and $w.existingSecret (or $w.caKey $w.certificateKey) }}
+- secret:
+    name: {{ $w.existingSecret }}
+    items:
+      {{- with $w.caKey }}
+      - key: {{ . }}
+        path: webhook/ca.crt
+      {{- end }}
+      {{- with $w.certificateKey }}
+      - key: {{ . }}
+        path: webhook/tls.crt
+      {{- end }}
+      {{- with $w.keyKey }}
+      - key: {{ . }}
+        path: webhook/tls.key
+      {{- end }}
+      {{- with $w.keyPasswordKey }}
+      - key: {{ . }}
+        path: webhook/key-password
+      {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- /* The variables that point the sidecar at the files of rebalance-sidecar.secretSources. */ -}}
+{{- define "rebalance-sidecar.secretFileEnv" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $k := $c.values.sidecar.kafka -}}
+{{- $w := $c.values.sidecar.webhookTls -}}
+{{- $dir := "/etc/rebalance-sidecar/secrets" -}}
+{{- if $k.existingSecret }}
+- name: SIDECAR_KAFKA_SASL_PASSWORD_FILE
+  value: {{ printf "%s/kafka/sasl-password" $dir | quote }}
+{{- end }}
+{{- if $k.tls.caSecret }}
+- name: SIDECAR_KAFKA_SSL_CA_LOCATION
+  value: {{ printf "%s/kafka/ca.crt" $dir | quote }}
+{{- end }}
+{{- if $k.tls.clientSecret }}
+- name: SIDECAR_KAFKA_SSL_CERTIFICATE_LOCATION
+  value: {{ printf "%s/kafka/user.crt" $dir | quote }}
+- name: SIDECAR_KAFKA_SSL_KEY_LOCATION
+  value: {{ printf "%s/kafka/user.key" $dir | quote }}
+{{- if $k.tls.keyPasswordKey }}
+- name: SIDECAR_KAFKA_SSL_KEY_PASSWORD_FILE
+  value: {{ printf "%s/kafka/user.key-password" $dir | quote }}
+{{- end }}
+{{- end }}
+{{- if $k.oauthbearer.existingSecret }}
+- name: SIDECAR_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET_FILE
+  value: {{ printf "%s/kafka/oauthbearer-client-secret" $dir | quote }}
+{{- end }}
+{{- if $w.existingSecret }}
+{{- if $w.caKey }}
+- name: SIDECAR_WEBHOOK_TLS_CA_LOCATION
+  value: {{ printf "%s/webhook/ca.crt" $dir | quote }}
+{{- end }}
+{{- if $w.certificateKey }}
+- name: SIDECAR_WEBHOOK_TLS_CERTIFICATE_LOCATION
+  value: {{ printf "%s/webhook/tls.crt" $dir | quote }}
+{{- end }}
+{{- if $w.keyKey }}
+- name: SIDECAR_WEBHOOK_TLS_KEY_LOCATION
+  value: {{ printf "%s/webhook/tls.key" $dir | quote }}
+{{- end }}
+{{- if $w.keyPasswordKey }}
+- name: SIDECAR_WEBHOOK_TLS_KEY_PASSWORD_FILE
+  value: {{ printf "%s/webhook/key-password" $dir | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- /*
+Settings that hold a secret value: the chart never renders one into an env value
+(anyone who can read the pod spec, or a GitOps repository, would read it). They
+come from a Secret: the file-mounted values above, or secretProperties.
+*/ -}}
+{{- define "rebalance-sidecar.validateSecrets" -}}
+{{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
+{{- $s := $c.values.sidecar -}}
+{{- $secretProperties := dict "sasl.password" "sidecar.kafka.existingSecret" "sasl.oauthbearer.client.secret" "sidecar.kafka.oauthbearer.existingSecret" "ssl.key.password" "sidecar.kafka.tls.keyPasswordKey" "ssl.key.pem" "sidecar.kafka.tls.clientSecret" "ssl.keystore.password" "sidecar.kafka.secretProperties" "ssl.truststore.password" "sidecar.kafka.secretProperties" "sasl.jaas.config" "sidecar.kafka.secretProperties" -}}
+{{- range $property, $_ := $s.kafka.properties -}}
+{{- if hasKey $secretProperties $property -}}
+{{- fail (printf "sidecar.kafka.properties.%s is a secret: the chart would render it into the pod spec; put it in a Secret and use %s" $property (get $secretProperties $property)) -}}
+{{- end -}}
+{{- end -}}
+{{- $fromFiles := dict "sasl.password" $s.kafka.existingSecret "ssl.ca.location" $s.kafka.tls.caSecret "ssl.certificate.location" $s.kafka.tls.clientSecret "ssl.key.location" $s.kafka.tls.clientSecret "sasl.oauthbearer.client.secret" $s.kafka.oauthbearer.existingSecret -}}
+{{- range $s.kafka.secretProperties -}}
+{{- if get $fromFiles .property -}}
+{{- fail (printf "sidecar.kafka.secretProperties sets %s, which the chart already reads from a mounted Secret: give it once" .property) -}}
+{{- end -}}
+{{- end -}}
+{{- range $property, $_ := $s.kafka.properties -}}
+{{- if get $fromFiles $property -}}
+{{- fail (printf "sidecar.kafka.properties.%s is set, and the chart sets it from a mounted Secret: give it once" $property) -}}
+{{- end -}}
+{{- end -}}
+{{- $secretVariables := list "SIDECAR_API_TOKEN" "SIDECAR_WEBHOOKS" "SIDECAR_KAFKA_SASL_PASSWORD" "SIDECAR_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET" "SIDECAR_KAFKA_SSL_KEY_PASSWORD" "SIDECAR_KAFKA_SSL_KEY_PEM" "SIDECAR_KAFKA_SSL_KEYSTORE_PASSWORD" "SIDECAR_KAFKA_SASL_JAAS_CONFIG" "SIDECAR_WEBHOOK_TLS_KEY_PASSWORD" -}}
+{{- range $s.env -}}
+{{- if and (has .name $secretVariables) (hasKey . "value") -}}
+{{- fail (printf "sidecar.env gives %s a value: a secret in the pod spec; use valueFrom.secretKeyRef, or the chart's Secret-backed values (docs/kubernetes.md)" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $s.webhookTls.existingSecret (not (or $s.webhookTls.caKey $s.webhookTls.certificateKey)) -}}
+{{- fail "sidecar.webhookTls.existingSecret is set but neither caKey nor certificateKey: nothing to mount" -}}
+{{- end -}}
+{{- if and $s.webhookTls.keyKey (not $s.webhookTls.certificateKey) -}}
+{{- fail "sidecar.webhookTls.keyKey needs sidecar.webhookTls.certificateKey (a key without its certificate)" -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* The sidecar's variables that the chart sets from its values (not sidecar.env). */ -}}
 {{- define "rebalance-sidecar.chartEnv" -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
@@ -500,6 +657,7 @@ it replaces the chart's entry (rebalance-sidecar.env).
       name: {{ .secretName }}
       key: {{ .key }}
 {{- end }}
+{{- include "rebalance-sidecar.secretFileEnv" . }}
 {{- end -}}
 
 {{- /* Environment of the sidecar container: the chart's variables, then sidecar.env (a
@@ -586,6 +744,7 @@ when a token is configured. A name already in app.env is left to app.env.
 {{- /* The sidecar container, as one list item. */ -}}
 {{- define "rebalance-sidecar.container" -}}
 {{- include "rebalance-sidecar.validate" . -}}
+{{- include "rebalance-sidecar.validateSecrets" . -}}
 {{- $c := dict -}}{{- include "rebalance-sidecar.normalize" (dict "in" . "out" $c) -}}
 {{- $s := $c.values.sidecar -}}
 - name: {{ $s.name }}
@@ -644,6 +803,11 @@ when a token is configured. A name already in app.env is left to app.env.
       mountPath: {{ $s.dataDir }}
     - name: rebalance-sidecar-tmp
       mountPath: /tmp
+    {{- if include "rebalance-sidecar.secretSources" . }}
+    - name: rebalance-sidecar-secrets
+      mountPath: /etc/rebalance-sidecar/secrets
+      readOnly: true
+    {{- end }}
     {{- with $s.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -677,4 +841,13 @@ when a token is configured. A name already in app.env is left to app.env.
   emptyDir:
     medium: Memory
     sizeLimit: 16Mi
+{{- with include "rebalance-sidecar.secretSources" . }}
+- name: rebalance-sidecar-secrets
+  projected:
+    # Read by the sidecar's user only through the pod's fsGroup (the chart's
+    # default podSecurityContext): 0440, not world-readable.
+    defaultMode: 288  # 0440
+    sources:
+      {{- . | nindent 6 }}
+{{- end }}
 {{- end -}}
