@@ -244,7 +244,7 @@ class GroupMember:
                     break
                 # Partitions are paused: poll() serves callbacks, it returns no records.
                 message = consumer.poll(self._poll_timeout(longest, next_identity_check))
-                if session.rejoining and self._core.state is MemberState.STABLE:
+                if session.resubscribed and self._core.state is MemberState.STABLE:
                     session.move(SessionEvent.STABLE)
                 error = message.error() if message is not None else None
                 if error is not None and ENFORCE_PATTERN not in error.str():
@@ -311,9 +311,8 @@ class GroupMember:
         self._core.leaving(reason)
         session = self._current
         assert session is not None
-        resubscribed = session.rejoining
         session.move(SessionEvent.CLOSE)
-        if resubscribed:
+        if session.resubscribed:
             # An eager enforce's subscribe() right after its unsubscribe() is postponed by
             # librdkafka behind the rebalance the unsubscribe() starts, and applied even
             # while the consumer closes: its destructor then aborts the process

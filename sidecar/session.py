@@ -120,12 +120,19 @@ class Session:
     state: SessionState = SessionState.ACTIVE
     # Given up after a presumed loss: closed to be recreated at once (no fatal pause).
     abandoned: bool = False
+    # Subscribed again by an eager enforce (or its restore) and not stable since, in any
+    # state: librdkafka may still apply that subscribe, and must not while it closes.
+    resubscribed: bool = False
     ignored: list[tuple[Callback, int]] = field(default_factory=list)
 
     def move(self, event: SessionEvent) -> SessionState:
         self.state = next_state(self.state, event)
         if self.state is SessionState.ABANDONED:
             self.abandoned = True
+        if event is SessionEvent.ENFORCED_EAGER:
+            self.resubscribed = True
+        elif event is SessionEvent.STABLE:
+            self.resubscribed = False
         return self.state
 
     def handling(self, callback: Callback, from_session: int) -> Handling:

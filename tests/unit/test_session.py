@@ -118,6 +118,16 @@ def test_an_eager_rejoin_becomes_active_again_once_stable() -> None:
     assert session.state is S.ACTIVE and not session.rejoining
 
 
+def test_an_eager_resubscribe_while_presumed_lost_is_remembered_for_the_close() -> None:
+    """Its postponed subscribe must be replaced by an unsubscribe before close()."""
+    session = Session(1)
+    session.move(E.SESSION_EXPIRED)
+    session.move(E.ENFORCED_EAGER)
+    assert session.state is S.PRESUMED_LOST and session.resubscribed
+    session.move(E.CLOSE)
+    assert session.resubscribed
+
+
 def test_end_reasons() -> None:
     assert Session(1).end_reason(fatal=False) == "stopping"
     assert Session(1).end_reason(fatal=True) == "fatal error"
