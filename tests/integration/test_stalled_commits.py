@@ -99,7 +99,6 @@ def test_a_handed_back_commit_is_bounded_while_the_coordinator_stalls(
     topic = create_topic(private_broker.bootstrap, PARTITIONS)
     group = unique("group")
     secret = new_secret()
-    handed_back = {"offsets": [{"topic": topic, "partition": p, "offset": 3} for p in range(4)]}
     stalled = threading.Event()
 
     def respond(event: dict[str, Any]) -> tuple[int, Any, float]:
@@ -108,7 +107,9 @@ def test_a_handed_back_commit_is_bounded_while_the_coordinator_stalls(
         if not stalled.is_set():
             stalled.set()
             private_broker.run("pause")  # the coordinator stalls before the commit
-        return 200, handed_back, 0.0
+        revoked = event["data"]["partitions"]  # all of them (eager), or some (KIP-848)
+        offsets = [{"topic": p["topic"], "partition": p["partition"], "offset": 3} for p in revoked]
+        return 200, {"offsets": offsets}, 0.0
 
     options: dict[str, Any] = (
         {"protocol": "classic"}
