@@ -200,6 +200,48 @@ def test_a_member_cut_off_past_its_session_reports_lost_and_rejoins(
     assert "kafka.partitions.lost" not in since[first:], since
 
 
+def test_a_lone_member_cut_off_past_its_session_is_assigned_once_when_kafka_answers(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """Issue 41.1, KIP-848: the member alone in its group is cut off past the session, so
+    its partitions have no owner when the link comes back. librdkafka rejoins the old
+    consumer by itself and the broker hands them back at its first heartbeat, before the
+    member's statistics (every 5 s) or its metadata probe (every 5 s) say Kafka answers.
+    That assignment was journaled and published as ``assigned``, then the member closed
+    the consumer it had decided to recreate and reported the same partitions ``lost``,
+    then ``assigned`` again under a new member id. Now the consumer given up on is never
+    reported: after the link is restored, one ``assigned`` and no ``lost``."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    sidecar = Sidecar(
+        broker.proxied,
+        unique("group"),
+        topic,
+        tmp_path / "lone",
+        protocol="consumer",
+        strategy=None,
+        extra_env={"SIDECAR_GROUP_SESSION_TIMEOUT_MS": "10000"},
+    )
+    sidecars.append(sidecar.start())
+    sidecar.wait_stable()
+    member_id = sidecar.assignment()["member_id"]
+    broker.proxy.cut()
+    wait_until(lambda: sidecar.assignment()["state"] == "lost", 60, "the member lost")
+    restored_at = sidecar.assignment()["sequence"]
+    broker.proxy.restore()
+    rejoined: dict[str, Any] = {}
+
+    def back_as_a_new_member() -> bool:
+        view = sidecar.assignment()  # one snapshot: state, partitions and member id
+        rejoined.update(view)
+        return view["state"] == "stable" and view["member_id"] not in (None, member_id)
+
+    wait_until(back_as_a_new_member, 90, "the member back under a new member id")
+    assert len(rejoined["partitions"]) == PARTITIONS
+    since = [e["type"] for e in sidecar.history(restored_at)]
+    # Assigned (in one step or more) and nothing else: no "lost" of a zombie assignment.
+    assert since and set(since) == {"kafka.partitions.assigned"}, since
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_commit_the_coordinator_does_not_answer_is_bounded(
     protocol: str, broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
