@@ -130,7 +130,7 @@ class Probes:
             if until is not None and now <= until:
                 return Probe(True, f"waiting for Kafka to answer a commit ({silent:.0f} s)")
             return Probe(False, f"poll loop silent for {silent:.0f} s (limit {budget:.0f} s)")
-        if phase is Lifecycle.DRAINED:
+        if phase in (Lifecycle.DRAINING, Lifecycle.DRAINED):  # the thread ends as it leaves
             return Probe(True, "left the group on request")
         return Probe(False, "group member thread died")
 
