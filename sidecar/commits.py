@@ -132,6 +132,11 @@ class CommitsInFlight:
     def sent(self, commit: AppCommit) -> None:
         self._sent.append(commit)
 
+    def retry(self, commit: AppCommit) -> None:
+        """Send ``commit`` again (Kafka answered it retriable, ``sidecar.app_commits``):
+        held first, ahead of any newer commit of its partitions."""
+        self._held.insert(0, commit)
+
     def answered(self, partitions: list[KafkaTopicPartition]) -> AppCommit | None:
         """The commit this ``on_commit`` answers, out of flight (``None``: not ours)."""
         key = commit_key(partitions)

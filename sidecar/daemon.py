@@ -100,6 +100,7 @@ class Sidecar:
         self.settings = settings
         self.metrics_registry = registry or CollectorRegistry()
         self._lifecycle = Lifecycle.CREATED
+        self._drains = 0  # drain calls under way (the phase says "draining" meanwhile)
         self._drained_at: float | None = None  # monotonic
         self._parts: Components | None = None
         self._member: GroupMember | None = None
@@ -110,7 +111,7 @@ class Sidecar:
         self._over_size = False  # the journal was over its size budget at the last prune
         self.probes = Probes(
             settings,
-            lambda: self._lifecycle,
+            lambda: self.lifecycle,
             lambda: self.handoff.snapshot,
             lambda: self._member,
             lambda: self._drained_at,
@@ -120,6 +121,11 @@ class Sidecar:
 
     @property
     def lifecycle(self) -> Lifecycle:
+        """The phase: ``DRAINING`` while a drain call runs on a running sidecar (not
+        ready: the pod is going), then ``DRAINED`` once the member left, or ``RUNNING``
+        again if the drain was withdrawn before it ran (it never left ``RUNNING``)."""
+        if self._drains and self._lifecycle is Lifecycle.RUNNING:
+            return Lifecycle.DRAINING
         return self._lifecycle
 
     @property
@@ -161,20 +167,21 @@ class Sidecar:
         return next((lst.port for lst in self._listeners if lst.name == name), None)
 
     async def drain(self, deadline: float) -> Assignment | None:
-        started_here = self._lifecycle is Lifecycle.RUNNING
-        if started_here:
-            self._lifecycle = Lifecycle.DRAINED  # not ready from now on: the pod is going
+        self._drains += 1  # not ready from now on: the pod is going
+        left = True  # the member left, or leaves (forward only: RUNNING, then DRAINED)
         try:
             return await self.handoff.submit(Leave("drain requested"), timeout=deadline)
         except MemberGone:
             return self.handoff.snapshot
         except MemberBusy:  # withdrawn, never run: still in the group, so still ready
-            if started_here and self._lifecycle is Lifecycle.DRAINED:
-                self._lifecycle = Lifecycle.RUNNING
+            left = False
             return None
         except TimeoutError:  # taken, still leaving: the caller answers 504
             return None
         finally:
+            self._drains -= 1
+            if left and self._lifecycle is Lifecycle.RUNNING:
+                self._lifecycle = Lifecycle.DRAINED
             if self._lifecycle is Lifecycle.DRAINED:
                 # drained_restart_after_ms counts from the end of the latest drain call
                 # (never while one runs, whatever its ?deadline=).

@@ -17,6 +17,8 @@ The tree (the HTTP status each maps to on the right)::
     │   ├── NotInGroup            not (or no longer) in the group                    409
     │   ├── NotOwned              commit for partitions this member does not own     409
     │   ├── StaleGeneration       commit fenced by a generation the member left      409
+    │   ├── CommitFenced          Kafka fenced the commit (KIP-848: UNKNOWN_MEMBER_ID, 409
+    │   │                         FENCED_MEMBER_EPOCH): final, nothing committed
     │   ├── Stopping              the sidecar is stopping                            409
     │   └── MemberGone            the member thread has stopped                      409
     ├── MemberBusy                the member thread did not take the command in time 503
@@ -131,6 +133,12 @@ class StaleGeneration(MemberRefused):
             f"generation {requested} {what}: the member is at {current}",
             generation_id=current,
         )
+
+
+class CommitFenced(MemberRefused):
+    """Kafka fenced the commit as final (KIP-848's ``UNKNOWN_MEMBER_ID`` or
+    ``FENCED_MEMBER_EPOCH``): the member is out of the group at that epoch; nothing was
+    committed. The message names the error."""
 
 
 class Stopping(MemberRefused):
@@ -268,6 +276,7 @@ def _safe_text(text: str) -> str:
 __all__ = [
     "BadRequest",
     "CommitFailed",
+    "CommitFenced",
     "CommitUnanswered",
     "DeadlinePassed",
     "Forbidden",

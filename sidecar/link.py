@@ -53,6 +53,14 @@ class KafkaLink:
     def new_session(self) -> None:
         self.fatal = None
 
+    def failed(self, reason: str) -> None:
+        """The member stops (a fail stop, a crash): the error says why."""
+        self.error = reason
+
+    def presumed_lost(self, reason: str) -> None:
+        """No answer past the session timeout: the error says so until Kafka answers."""
+        self.error = reason
+
     def healthy(self) -> None:
         """An assignment arrived: the coordinator answered, whatever was wrong is over."""
         self.connected = True

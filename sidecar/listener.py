@@ -7,10 +7,13 @@ at the barrier until blocking subscribers answered, commits offsets they handed 
 and publishes the new snapshot. The member thread also calls ``lose`` when partitions go
 without a callback (a consumer that died, a session presumed expired).
 
+Each callback comes with the number of its consumer session (``sidecar.session``), whose
+state says what it may do: one from a session given up on is only applied and logged.
+
 Callbacks catch everything: an exception escaping one during ``close()`` escapes
-``close()`` itself. A journal that cannot append is a fail stop (``JournalFailed``): the
-member could no longer tell its application what it owns, and running on silently would
-let it act on partitions it lost.
+``close()`` itself. A journal that cannot append is a fail stop (``JournalFailed``,
+through ``sidecar.fail_stop``). The listener has no public mutable state: the member
+reads what it needs through properties and changes it through methods.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import structlog
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from sidecar.commands import CommitFailed
-from sidecar.group_calls import commit_offsets, committed_offsets, read_identity
+from sidecar.callback_commits import Outcome, UnconfirmedCommits, commit_bounded
+from sidecar.errors import CommitFailed, CommitUnanswered
+from sidecar.fail_stop import FailStop
+from sidecar.group_calls import committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
 from sidecar.link import KafkaLink
@@ -40,6 +45,7 @@ from sidecar.model import (
     PartitionOffset,
     TopicPartition,
 )
+from sidecar.session import Callback, Handling, Session
 from sidecar.settings import Settings
 
 log = structlog.get_logger("sidecar.member")
@@ -65,7 +71,8 @@ class RebalanceListener:
         metrics: Metrics,
         sources: StateSources,
         serve_commits: Callable[[], None],
-        fail_stop: Callable[[str], None],
+        fail_stop: FailStop,
+        session: Callable[[], Session | None],
         barrier_opening: Callable[[], None] = lambda: None,
     ) -> None:
         self._settings = settings
@@ -75,21 +82,67 @@ class RebalanceListener:
         self._sources = sources
         self._serve_commits = serve_commits
         self._fail_stop = fail_stop
+        self._session = session
         self._barrier_opening = barrier_opening
-        self.journal: Journal | None = None  # opened by the member thread
-        self.link = KafkaLink(metrics, sources, lambda: self.log)
-        self.log: Any = log.bind(group_id=settings.group_id)
-        self.failed: str | None = None  # set once the member fails stop
-        # The partitions were reported lost without a callback: librdkafka's own revoke
-        # or lost for them (when this consumer closes) must not report them again.
-        self.presumed_lost = False
-        # While a synchronous commit waits inside a callback: by when librdkafka's own
-        # timeouts end that wait (monotonic), for the liveness probe. ``None`` otherwise.
-        self.kafka_wait_until: float | None = None
+        self._journal: Journal | None = None  # opened by the member thread
+        self._link = KafkaLink(metrics, sources, lambda: self._log)
+        self._log: Any = log.bind(group_id=settings.group_id)
+        # While a commit waits inside a callback: by when its bound ends that wait
+        # (monotonic), for the liveness probe. ``None`` otherwise.
+        self._kafka_wait_until: float | None = None
+        # The end of the commits' bound inside the callback under way (monotonic).
+        self._callback_commit_deadline: float | None = None
+        self._unconfirmed = UnconfirmedCommits()
+        fail_stop.on_stop(self._stopping)
+
+    # -- read-only views -------------------------------------------------------------------
+
+    @property
+    def link(self) -> KafkaLink:
+        return self._link
+
+    @property
+    def log(self) -> Any:
+        return self._log
+
+    @property
+    def failed(self) -> str | None:
+        return self._fail_stop.reason
+
+    @property
+    def kafka_wait_until(self) -> float | None:
+        return self._kafka_wait_until
+
+    @property
+    def unconfirmed(self) -> UnconfirmedCommits:
+        """Commits made inside callbacks recorded ``unknown``: Kafka's late answers."""
+        return self._unconfirmed
+
+    def open(self, journal: Journal) -> Journal:
+        """The member thread opened the journal: events are appended to it from now on."""
+        self._journal = journal
+        return journal
+
+    def _handling(self, callback: Callback, session: int) -> Handling:
+        current = self._session()
+        if current is None:
+            return Handling.APPLY_ONLY if callback is Callback.ASSIGN else Handling.IGNORE
+        handling = current.handling(callback, session)
+        if handling is not Handling.REPORT:
+            self._log.warning(
+                "rebalance callback from a consumer session given up on: not reported",
+                callback=callback.value,
+                session=session,
+                current_session=current.number,
+                session_state=current.state.value,
+            )
+        return handling
 
     # -- librdkafka's callbacks ----------------------------------------------------------
 
-    def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+    def on_assign(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition], session: int = 0
+    ) -> None:
         started = time.perf_counter()
         try:
             if self._settings.cooperative:
@@ -99,6 +152,9 @@ class RebalanceListener:
             if partitions:
                 consumer.pause(partitions)
             if self.failed is not None:
+                return
+            if self._handling(Callback.ASSIGN, session) is not Handling.REPORT:
+                self._link.contact()  # Kafka answered: the member recreates its consumer
                 return
             offsets = self._committed(consumer, partitions)
             self.read_identity(consumer)
@@ -135,11 +191,17 @@ class RebalanceListener:
             duration_s=round(time.perf_counter() - started, 4),
         )
 
-    def on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        self._on_taken(consumer, partitions, EventType.REVOKED)
+    def on_revoke(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition], session: int = 0
+    ) -> None:
+        if self._handling(Callback.REVOKE, session) is Handling.REPORT:
+            self._on_taken(consumer, partitions, EventType.REVOKED)
 
-    def on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        self._on_taken(consumer, partitions, EventType.LOST)
+    def on_lost(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition], session: int = 0
+    ) -> None:
+        if self._handling(Callback.LOST, session) is Handling.REPORT:
+            self._on_taken(consumer, partitions, EventType.LOST)
 
     def on_error(self, error: KafkaError) -> None:
         self.link.on_error(error)
@@ -157,8 +219,9 @@ class RebalanceListener:
     ) -> None:
         started = time.perf_counter()
         label = "revoked" if kind is EventType.REVOKED else "lost"
-        if self.failed is not None or self.presumed_lost:
-            return  # failing, or the partitions were reported lost already
+        if self.failed is not None:
+            return
+        self._callback_commit_deadline = time.monotonic() + self._callback_bound()
         try:
             self.read_identity(consumer)
             draft = self._core.taken(
@@ -190,7 +253,12 @@ class RebalanceListener:
         except Exception:
             self.log.exception(f"on_{label[:-1] if kind is EventType.REVOKED else label} failed")
         finally:
+            self._callback_commit_deadline = None
             self._metrics.callback_seconds[label].observe(time.perf_counter() - started)
+
+    def _callback_bound(self) -> float:
+        """How long a callback may hold the group: the barrier, then one commit's bound."""
+        return (self._settings.revoke_timeout_ms + self._settings.commit_timeout_ms) / 1000
 
     # -- partitions gone without a callback ----------------------------------------------
 
@@ -203,7 +271,11 @@ class RebalanceListener:
         except JournalFailed as exc:
             self.failing(str(exc))
             return
-        outcome = self._hold(event)
+        self._callback_commit_deadline = time.monotonic() + self._callback_bound()
+        try:
+            outcome = self._hold(event)
+        finally:
+            self._callback_commit_deadline = None
         self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
         self.log.warning(
             why,
@@ -226,21 +298,34 @@ class RebalanceListener:
             self._core.barrier_over()
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
-        """Commit synchronously (inside a callback, where nothing could answer an
-        asynchronous commit: see ``sidecar.commits``). librdkafka bounds it only by its own
-        timeouts, so the wait is marked for the liveness probe: a Kafka that answers late
-        must not get the sidecar restarted."""
-        self.kafka_wait_until = time.monotonic() + self._settings.commit_wait_bound_seconds
+        """Commit inside a callback, bounded (``sidecar.callback_commits``): by
+        ``SIDECAR_COMMIT_TIMEOUT_MS``, and never past the callback's own bound.
+        ``CommitUnanswered`` when the outcome is unknown, ``CommitFailed`` when librdkafka
+        refused to send it. The wait is marked for the liveness probe."""
+        deadline = time.monotonic() + self._settings.commit_timeout_ms / 1000
+        if self._callback_commit_deadline is not None:
+            deadline = min(deadline, self._callback_commit_deadline)
+        self._kafka_wait_until = deadline + _AFTER_KAFKA_WAIT_SECONDS
         try:
-            commit_offsets(consumer, offsets)
-        except CommitFailed:
-            self.commit_done(offsets, source, "failed")
-            raise
+            result = commit_bounded(consumer, offsets, deadline)
         finally:
             # The callback goes on (journal records, then poll() returns): the loop is
             # not silent for nothing if it ticks within the grace.
-            self.kafka_wait_until = time.monotonic() + _AFTER_KAFKA_WAIT_SECONDS
-        self.commit_done(offsets, source, "committed")
+            self._kafka_wait_until = time.monotonic() + _AFTER_KAFKA_WAIT_SECONDS
+        if result.outcome is Outcome.COMMITTED:
+            self.commit_done(offsets, source, "committed")
+            return
+        if result.outcome is Outcome.FAILED:
+            self.commit_done(offsets, source, "failed")
+            raise CommitFailed(result.error or "commit failed")
+        self._unconfirmed.add(offsets)
+        self.commit_done(offsets, source, "unknown")
+        self._log.warning(
+            "a commit inside a rebalance callback was not answered within its bound",
+            source=source,
+            offsets=[po.as_dict() for po in offsets],
+        )
+        raise CommitUnanswered(result.error or "outcome unknown")
 
     def commit_done(self, offsets: tuple[PartitionOffset, ...], source: str, outcome: str) -> None:
         """Count a commit's outcome: ``committed``, ``failed`` or ``unknown``."""
@@ -255,16 +340,18 @@ class RebalanceListener:
         self, consumer: Consumer, event: Event, outcome: BarrierOutcome
     ) -> None:
         """Commit what the application handed back, as the member that still owns it."""
-        assert self.journal is not None
+        assert self._journal is not None
         try:
             self.commit(consumer, outcome.offsets, source="revoke")
             outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
+        except CommitUnanswered as exc:
+            outcome_name, error = DeliveryOutcome.COMMIT_UNKNOWN, str(exc)
         except CommitFailed as exc:
             outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
             self.log.error("committing offsets handed back on revoke failed", error=error)
         detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
         for sub_id in outcome.handed_back:  # not those that acknowledged with nothing
-            self.journal.record(
+            self._journal.record(
                 Delivery(
                     subscription_id=sub_id,
                     sequence=event.sequence,
@@ -302,7 +389,7 @@ class RebalanceListener:
         identity = read_identity(consumer)
         if identity is None or not self._core.identify(*identity):
             return False
-        self.log = log.bind(
+        self._log = log.bind(
             group_id=self._settings.group_id, member_id=identity[0], generation_id=identity[1]
         )
         return True
@@ -318,10 +405,10 @@ class RebalanceListener:
 
     def record(self, draft: EventDraft) -> Event:
         """Journal ``draft`` (retrying a failing disk) and publish its sequence."""
-        assert self.journal is not None
+        assert self._journal is not None
         for pause in (*_JOURNAL_RETRY_SECONDS, None):
             try:
-                event = self.journal.append(draft)
+                event = self._journal.append(draft)
             except Exception as exc:
                 self.log.error("journal append failed", error=str(exc), retry_in_s=pause)
                 if pause is None:
@@ -334,14 +421,15 @@ class RebalanceListener:
         raise AssertionError("unreachable")
 
     def failing(self, reason: str) -> None:
-        """Fail stop: no more callbacks journal; the member's loop ends; the process exits."""
-        if self.failed is not None:
-            return
-        self.failed = reason
-        self.link.error = reason
+        """Fail stop (``sidecar.fail_stop``): no more callbacks journal, the member's loop
+        ends, the process exits."""
+        self._fail_stop.now(reason)
+
+    def _stopping(self, reason: str) -> None:
+        """The listener's step of a fail stop."""
+        self._link.failed(reason)
         self._core.stopped()  # owns nothing any more, whatever it was just assigned
         self.publish()
-        self._fail_stop(reason)
 
     def publish(self, sequence: int | None = None, *, announcing: bool = False) -> None:
         current = self._handoff.snapshot

@@ -284,6 +284,8 @@ class DeliveryOutcome(enum.StrEnum):
     OFFSETS_REJECTED = "offsets_rejected"  # handed-back offsets not committed, and why
     OFFSETS_COMMITTED = "offsets_committed"
     COMMIT_FAILED = "commit_failed"
+    # Handed-back offsets sent, not confirmed within the bound: they may still land.
+    COMMIT_UNKNOWN = "commit_unknown"
 
     @property
     def moves_cursor(self) -> bool:

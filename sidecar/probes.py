@@ -40,11 +40,16 @@ _POLL_SILENCE_SECONDS = 30.0
 
 
 class Lifecycle(enum.Enum):
-    """Where the process is; moves forward only (``DRAINED`` may be skipped)."""
+    """Where the process is; moves forward only (``DRAINED`` may be skipped).
+
+    ``DRAINING`` is not a step of its own: it is how a running sidecar shows while a drain
+    call runs (``Sidecar.lifecycle``), so a drain withdrawn before it ran moves nothing back.
+    """
 
     CREATED = "created"  # built, nothing opened yet
     STARTING = "starting"  # opening the journal and the listeners
     RUNNING = "running"  # serving; the member is joining or in the group
+    DRAINING = "draining"  # running, a drain call under way: not ready
     DRAINED = "drained"  # left the group on request; still serving, outside the group
     STOPPING = "stopping"  # signal received: leaving, then closing
     STOPPED = "stopped"
@@ -125,7 +130,7 @@ class Probes:
             if until is not None and now <= until:
                 return Probe(True, f"waiting for Kafka to answer a commit ({silent:.0f} s)")
             return Probe(False, f"poll loop silent for {silent:.0f} s (limit {budget:.0f} s)")
-        if phase is Lifecycle.DRAINED:
+        if phase in (Lifecycle.DRAINING, Lifecycle.DRAINED):  # the thread ends as it leaves
             return Probe(True, "left the group on request")
         return Probe(False, "group member thread died")
 

@@ -341,8 +341,9 @@ class Settings(BaseSettings):
         ge=100,
         le=25_000,
         description="Bound of `POST /commit`'s wait for Kafka's answer, from the request: "
-        "past it, a `503` says the outcome is unknown (a commit during a revoke barrier is "
-        "not bounded).",
+        "past it, a `503` says the outcome is unknown. Inside a rebalance callback (offsets "
+        "handed back on `revoked`, a commit during the barrier) it bounds each commit, and "
+        "the callback holds the group at most the revoke timeout plus this.",
     )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."

@@ -77,6 +77,7 @@ def check_delivery(report: Report, members: list[MemberRecord]) -> None:
             report.barrier_timeouts += sum(d.outcome == "barrier_timeout" for d in deliveries)
             report.offsets_committed += sum(d.outcome == "offsets_committed" for d in deliveries)
             report.commit_failures += sum(d.outcome == "commit_failed" for d in deliveries)
+            report.commits_unknown += sum(d.outcome == "commit_unknown" for d in deliveries)
             receipts = member.received.get(sub.id, [])
             report.receipts += len(receipts)
             seen: dict[str, Received] = {}

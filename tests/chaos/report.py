@@ -81,6 +81,7 @@ class Report:
     barrier_timeouts: int = 0
     offsets_committed: int = 0
     commit_failures: int = 0
+    commits_unknown: int = 0  # handed back, not confirmed within the bound
     windows: list[Window] = field(default_factory=list)
     intervals: int = 0
     callback_max: dict[str, float] = field(default_factory=dict)
@@ -196,7 +197,8 @@ class Report:
         )
         lines.append(
             f"  revoke acknowledgements that handed back offsets: committed "
-            f"{self.offsets_committed}, commit failed {self.commit_failures}"
+            f"{self.offsets_committed}, commit failed {self.commit_failures}, "
+            f"commit unknown {self.commits_unknown}"
         )
         lines.append("")
         lines.append("no double ownership (applications' view):")

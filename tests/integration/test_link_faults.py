@@ -172,10 +172,74 @@ def test_a_member_cut_off_past_its_session_reports_lost_and_rejoins(
     assert lost[-1]["data"]["member_id"] == member_id  # the last known one, not null
     wait_until(lambda: len(peer.partitions()) == PARTITIONS, 60, "the peer took over")
 
+    restored_at = cut_off.assignment()["sequence"]
     broker.proxy.restore()
-    wait_until(both_own_some, 90, "the cut member rejoined")
-    assert cut_off.assignment()["state"] == "stable"
-    assert cut_off.partitions().isdisjoint(peer.partitions())
+    # One snapshot says it all (state, partitions and member id read together): the cut
+    # member is back, stable, with partitions, as a new consumer. Read in two requests,
+    # a zombie assignment (issue 41.1) could pass between them.
+    rejoined: dict[str, Any] = {}
+
+    def back_as_a_new_member() -> bool:
+        view = cut_off.assignment()
+        rejoined.update(view)
+        return (
+            view["state"] == "stable"
+            and bool(view["partitions"])
+            and view["member_id"] not in (None, member_id)
+        )
+
+    wait_until(back_as_a_new_member, 90, "the cut member rejoined")
+    mine = {(p["topic"], p["partition"]) for p in rejoined["partitions"]}
+    wait_until(lambda: len(mine | peer.partitions()) == PARTITIONS, 60, "both own some")
+    assert mine.isdisjoint(peer.partitions())
+    # After the link is restored the member is assigned once and stays: no "lost" after
+    # its first "assigned" (the old consumer's own rejoin used to be published as
+    # "assigned", then closed and reported "lost" 20-40 ms later).
+    since = [e["type"] for e in cut_off.history(restored_at)]
+    first = since.index("kafka.partitions.assigned")
+    assert "kafka.partitions.lost" not in since[first:], since
+
+
+def test_a_lone_member_cut_off_past_its_session_is_assigned_once_when_kafka_answers(
+    broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
+) -> None:
+    """Issue 41.1, KIP-848: the member alone in its group is cut off past the session, so
+    its partitions have no owner when the link comes back. librdkafka rejoins the old
+    consumer by itself and the broker hands them back at its first heartbeat, before the
+    member's statistics (every 5 s) or its metadata probe (every 5 s) say Kafka answers.
+    That assignment was journaled and published as ``assigned``, then the member closed
+    the consumer it had decided to recreate and reported the same partitions ``lost``,
+    then ``assigned`` again under a new member id. Now the consumer given up on is never
+    reported: after the link is restored, one ``assigned`` and no ``lost``."""
+    topic = create_topic(broker.direct, PARTITIONS)
+    sidecar = Sidecar(
+        broker.proxied,
+        unique("group"),
+        topic,
+        tmp_path / "lone",
+        protocol="consumer",
+        strategy=None,
+        extra_env={"SIDECAR_GROUP_SESSION_TIMEOUT_MS": "10000"},
+    )
+    sidecars.append(sidecar.start())
+    sidecar.wait_stable()
+    member_id = sidecar.assignment()["member_id"]
+    broker.proxy.cut()
+    wait_until(lambda: sidecar.assignment()["state"] == "lost", 60, "the member lost")
+    restored_at = sidecar.assignment()["sequence"]
+    broker.proxy.restore()
+    rejoined: dict[str, Any] = {}
+
+    def back_as_a_new_member() -> bool:
+        view = sidecar.assignment()  # one snapshot: state, partitions and member id
+        rejoined.update(view)
+        return view["state"] == "stable" and view["member_id"] not in (None, member_id)
+
+    wait_until(back_as_a_new_member, 90, "the member back under a new member id")
+    assert len(rejoined["partitions"]) == PARTITIONS
+    since = [e["type"] for e in sidecar.history(restored_at)]
+    # Assigned (in one step or more) and nothing else: no "lost" of a zombie assignment.
+    assert since and set(since) == {"kafka.partitions.assigned"}, since
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -299,13 +363,14 @@ def test_a_commit_in_flight_when_a_revoke_barrier_opens_is_answered_at_once(
 def test_liveness_holds_while_a_revoke_commit_waits_for_kafka(
     broker: ProxiedBroker, sidecars: list[Sidecar], tmp_path: Path
 ) -> None:
-    """Offsets handed back on ``revoked`` are committed synchronously inside the callback
-    (nothing could answer an asynchronous commit there), and librdkafka bounds that
-    commit only by its own timeouts. With Kafka's answers late, the poll loop stayed
-    silent past the liveness budget (30 s plus the revoke timeout's allowance) and
-    ``/livez`` failed: Kubernetes would restart the sidecar for a Kafka outage, which
-    liveness must never do. The wait inside librdkafka now counts as alive, within the
-    bound librdkafka itself keeps."""
+    """Offsets handed back on ``revoked`` were committed synchronously inside the
+    callback, bounded only by librdkafka's own timeouts. With Kafka's answers late, the
+    poll loop stayed silent past the liveness budget (30 s plus the revoke timeout's
+    allowance) and ``/livez`` failed: Kubernetes would restart the sidecar for a Kafka
+    outage, which liveness must never do. That wait then counted as alive; now the
+    commit is bounded (``SIDECAR_COMMIT_TIMEOUT_MS``, issue 41.2): the callback ends
+    within the bound, the loop is never silent past its budget, and the subscriber's
+    delivery log says the commit's outcome is unknown."""
     topic = create_topic(broker.direct, PARTITIONS)
     group = unique("group")
     secret = new_secret()
@@ -341,8 +406,12 @@ def test_liveness_holds_while_a_revoke_commit_waits_for_kafka(
             reasons.add(probe.json()["reason"].split(" (")[0])
             time.sleep(1.0)
         assert failures == []
-        # The commit was still waiting past the budget (the poll loop silent), not done.
-        assert "waiting for Kafka to answer a commit" in reasons, reasons
+        # The commit's wait ended within its bound: the loop never went silent past its
+        # budget (it used to sit in the commit for the whole 45 s).
+        assert reasons == {"poll loop alive"}, reasons
+        webhook = sidecar.client.get("/webhooks").json()[0]["id"]
+        log = sidecar.client.get(f"/webhooks/{webhook}/deliveries").json()
+        assert "commit_unknown" in {d["outcome"] for d in log}, log
         broker.proxy.heal()
         sidecar.wait_stable(timeout=120)
         assert sidecar.client.get("/livez").status_code == 200
