@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sidecar.cli import _EarlySignals, check_resolvable
+from sidecar.cli import _EarlySignals
+from sidecar.preflight import check_resolvable
 from sidecar.settings import InvalidSettings
 from sidecar.settings_sources import load_settings
 from tests.support.sidecars import REPO, free_port
