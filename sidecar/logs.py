@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, Literal
 
 import structlog
@@ -98,8 +98,14 @@ class RepeatedLines(logging.Filter):
     Kinds are bounded (``max_kinds``): the oldest is forgotten first.
     """
 
-    def __init__(self, window: float = 10.0, max_kinds: int = 256) -> None:
+    def __init__(
+        self,
+        window: float = 10.0,
+        max_kinds: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
+        self._clock = clock
         self._window = window
         self._max_kinds = max_kinds
         self._lock = threading.Lock()
@@ -109,7 +115,7 @@ class RepeatedLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         kind = (record.levelno, _NUMBERS.sub("#", message))
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             last = self._seen.get(kind)
             if last is not None and now - last[0] < self._window:
@@ -120,9 +126,7 @@ class RepeatedLines(logging.Filter):
             while len(self._seen) > self._max_kinds:
                 del self._seen[next(iter(self._seen))]
         if last is not None and last[1]:
-            record.msg = (
-                f"{message} (repeated {last[1]} times in the {now - last[0]:.0f} s before)"
-            )
+            record.msg = f"{message} (repeated {last[1]} times in the {now - last[0]:.0f} s before)"
             record.args = ()
         return True
 
