@@ -218,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     settings = commands.add_parser(
         "settings",
-        help="print the settings as a Markdown table (the README's)",
+        help="print the settings as a Markdown table (docs/settings.md's)",
         description="Print every setting with its default and meaning as a Markdown table, "
         "generated from the settings' own descriptions. With --write FILE (repeatable), "
         "regenerate the table between the markers in FILE instead.",
