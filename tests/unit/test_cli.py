@@ -361,8 +361,10 @@ def test_settings_write_refuses_a_file_it_cannot_use(tmp_path: Path) -> None:
 
 def test_settings_write_changes_no_file_when_one_is_refused(tmp_path: Path) -> None:
     readme = tmp_path / "settings.md"
-    stale = (REPO / "docs" / "settings.md").read_text().replace(
-        "| `SIDECAR_GROUP_ID`", "| `SIDECAR_GONE`"
+    stale = (
+        (REPO / "docs" / "settings.md")
+        .read_text()
+        .replace("| `SIDECAR_GROUP_ID`", "| `SIDECAR_GONE`")
     )
     assert "`SIDECAR_GONE`" in stale
     readme.write_text(stale)
