@@ -19,9 +19,22 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 
-want="$(cat "$REPO/pyproject.toml" "$REPO/constraints.txt" 2>/dev/null | sha256sum | cut -d' ' -f1) $EXTRAS"
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
-  exit 0
+digest="$(cat "$REPO/pyproject.toml" "$REPO/constraints.txt" 2>/dev/null | sha256sum | cut -d' ' -f1)"
+want="$digest $EXTRAS"
+if [[ -f "$STAMP" ]]; then
+  read -r had_digest had_extras <"$STAMP" || true
+  if [[ "$had_digest" == "$digest" ]]; then
+    # Nothing to do when every extra asked for is installed already (scripts/run.sh asks
+    # for none in a checkout bootstrapped for the tests).
+    missing=""
+    IFS=, read -r -a asked <<<"$EXTRAS"
+    for extra in "${asked[@]}"; do
+      [[ ",${had_extras:-}," == *",$extra,"* ]] || missing+="$extra,"
+    done
+    [[ -z "$missing" ]] && exit 0
+    # Keep what was installed: the union of the extras.
+    [[ -n "${had_extras:-}" ]] && EXTRAS="$had_extras,${missing%,}" && want="$digest $EXTRAS"
+  fi
 fi
 target="$REPO${EXTRAS:+[$EXTRAS]}"
 echo "bootstrap: installing rebalance-sidecar${EXTRAS:+[$EXTRAS]} into $VENV" >&2

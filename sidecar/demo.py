@@ -5,12 +5,21 @@ for as long as it lives; two topics are created by producing to them; the sideca
 group on them; a few simulated peers (plain consumers, each on its own thread) join and
 leave on a schedule so ``/assignment`` and ``/events`` keep changing. Demo only: the test
 suite uses a real broker.
+
+The group is cooperative (``cooperative-sticky``), not librdkafka's eager default: the
+mock cluster's classic group goes straight from Stable to Joining when a member comes or
+goes, and answers every OffsetCommit in Joining with ``REBALANCE_IN_PROGRESS``
+(``rd_kafka_mock_cgrp_classic_check_state``); a real broker accepts the current
+generation's commits until the rebalance completes. An eager member's revoke comes in that
+window, so the offsets an application hands back there failed, in the demo only. A
+cooperative member revokes after the group is Stable again, and the commit lands.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import socket
 import sys
 import tempfile
@@ -28,6 +37,8 @@ from sidecar.web.group import RosterMember, use_roster
 TOPICS = ("orders", "payments")
 GROUP = "demo-group"
 _PEER_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+#: Every member of the group the same: the mock cluster takes the leader's protocol.
+STRATEGY = "cooperative-sticky"
 
 
 class Peer(threading.Thread):
@@ -39,13 +50,24 @@ class Peer(threading.Thread):
         self._leave = threading.Event()
         # Replaced (never mutated) by this thread; read by /group's fallback.
         self.membership: RosterMember | None = None
+        self._owned: set[tuple[str, int]] = set()
 
     def _on_assign(self, consumer: Consumer, partitions: list[Any]) -> None:
-        owned = tuple(sorted((tp.topic, tp.partition) for tp in partitions))
-        self.membership = RosterMember(consumer.memberid() or "?", self.name, owned)
+        # Cooperative: the partitions added, not the whole assignment.
+        self._owned |= {(tp.topic, tp.partition) for tp in partitions}
+        self._publish(consumer)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[Any]) -> None:
-        self.membership = RosterMember(consumer.memberid() or "?", self.name, ())
+        self._owned -= {(tp.topic, tp.partition) for tp in partitions}
+        self._publish(consumer)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[Any]) -> None:
+        self._owned.clear()
+        self._publish(consumer)
+
+    def _publish(self, consumer: Consumer) -> None:
+        owned = tuple(sorted(self._owned))
+        self.membership = RosterMember(consumer.memberid() or "?", self.name, owned)
 
     def run(self) -> None:
         consumer = Consumer(
@@ -53,6 +75,7 @@ class Peer(threading.Thread):
                 "bootstrap.servers": self._servers,
                 "group.id": GROUP,
                 **_PEER_CONFIG,
+                "partition.assignment.strategy": STRATEGY,
                 "enable.auto.commit": False,
                 "client.id": self.name,
             }
@@ -61,7 +84,7 @@ class Peer(threading.Thread):
             list(TOPICS),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+            on_lost=self._on_lost,
         )
         while not self._leave.is_set():
             consumer.poll(0.2)
@@ -134,14 +157,17 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
     """The mock cluster and its peers for as long as the block runs; yields the settings
     of a sidecar that joins them (``cli`` runs it: the demo does not know the daemon).
 
-    ``port`` 0 is a free port, picked here so the printed hints name the real one."""
+    ``port`` 0 is a free port, picked here so the printed hints name the real one. Without
+    ``data_dir`` the journal goes to a scratch directory removed at the end."""
     port = port or _free_port("127.0.0.1")
     host, bootstrap = start_mock_cluster()
+    scratch = data_dir is None
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="rebalance-sidecar-demo-"))
     settings = Settings(
         bootstrap_servers=bootstrap,
         group_id=GROUP,
         topics=TOPICS,
+        assignment_strategy=STRATEGY,
         api_port=port,
         admin_port=-1,  # the demo's probes are on the API port; 8081 may be taken
         data_dir=workdir,
@@ -160,9 +186,12 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         f"  curl '{base}/assignment?after=SEQ&wait=30' # long-poll: SEQ = the last sequence\n"
         f"  curl -N {base}/events                     # live CloudEvents (SSE)\n"
         f"  curl -X POST {base}/enforce-rebalance     # KIP-568 rebalance\n"
-        f"  open {base}/                              # the status page\n"
-        f"  open {base}/docs                          # the API\n"
-        f"Journal: {workdir}. Ctrl-C stops.\n",
+        f"  {base}/{' ' * 35}# the status page, in a browser\n"
+        f"  {base}/docs{' ' * 31}# the API\n"
+        f"The group is cooperative ({STRATEGY}): librdkafka's mock cluster refuses commits "
+        "during an eager rebalance (REBALANCE_IN_PROGRESS), a real broker does not "
+        "(docs/demo.md).\n"
+        f"Journal: {workdir}{' (removed at the end)' if scratch else ''}. Ctrl-C stops.\n",
         file=sys.stderr,
         flush=True,
     )
@@ -173,4 +202,6 @@ def demo_cluster(port: int, peers: int, data_dir: Path | None) -> Iterator[Setti
         choreography.stop()
         host.flush(1)
         del host
+        if scratch:
+            shutil.rmtree(workdir, ignore_errors=True)
         print(f"demo ran {time.monotonic() - started:.0f} s", file=sys.stderr)

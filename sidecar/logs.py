@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import MutableMapping
+import threading
+import time
+from collections.abc import Callable, MutableMapping
 from typing import Any, Literal
 
 import structlog
@@ -74,8 +76,59 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
 
 def kafka_logger(client: str) -> logging.Logger:
     """The standard-library logger a librdkafka client (``logger`` in its configuration)
-    writes to: its lines then come out in the sidecar's format, not raw on stderr."""
-    return logging.getLogger(f"librdkafka.{client}")
+    writes to: its lines then come out in the sidecar's format, not raw on stderr, and
+    their repeats collapsed (``RepeatedLines``)."""
+    logger = logging.getLogger(f"librdkafka.{client}")
+    if not any(isinstance(f, RepeatedLines) for f in logger.filters):
+        logger.addFilter(RepeatedLines())
+    return logger
+
+
+# Numbers vary between repeats of one line ("after 3ms", "2 identical error(s)").
+_NUMBERS = re.compile(r"\d+")
+
+
+class RepeatedLines(logging.Filter):
+    """Collapse repeats, as the sidecar's own "Kafka unreachable" warning does: the first
+    line of a kind passes; the same line (numbers aside) again within ``window`` seconds is
+    only counted; the first one after the window passes with that count appended.
+
+    An unreachable broker makes librdkafka log a connection failure many times a second
+    (453 lines in 24 s); with this at most one line per kind every ``window`` seconds.
+    Kinds are bounded (``max_kinds``): the oldest is forgotten first.
+    """
+
+    def __init__(
+        self,
+        window: float = 10.0,
+        max_kinds: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._clock = clock
+        self._window = window
+        self._max_kinds = max_kinds
+        self._lock = threading.Lock()
+        # kind -> (monotonic time it was last let through, repeats suppressed since)
+        self._seen: dict[tuple[int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        kind = (record.levelno, _NUMBERS.sub("#", message))
+        now = self._clock()
+        with self._lock:
+            last = self._seen.get(kind)
+            if last is not None and now - last[0] < self._window:
+                self._seen[kind] = (last[0], last[1] + 1)
+                return False
+            self._seen.pop(kind, None)
+            self._seen[kind] = (now, 0)
+            while len(self._seen) > self._max_kinds:
+                del self._seen[next(iter(self._seen))]
+        if last is not None and last[1]:
+            record.msg = f"{message} (repeated {last[1]} times in the {now - last[0]:.0f} s before)"
+            record.args = ()
+        return True
 
 
 def _identity(

@@ -5,7 +5,7 @@
 file (``SIDECAR_CONFIG_FILE``), then the defaults. ``Settings(...)`` in code is a plain value
 object: only what it is given, nothing read from the environment.
 
-Every setting is documented with its unit and the reason for its default; the README's
+Every setting is documented with its unit and the reason for its default; docs/settings.md's
 configuration table is generated from the same descriptions (``sidecar.settings_table``).
 Where settings come from and how they are merged is ``sidecar.settings_sources``.
 Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.

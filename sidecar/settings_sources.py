@@ -190,6 +190,14 @@ def load_settings(
 
     Raise ``InvalidSettings`` with one line naming every offending setting.
     """
+    return load_settings_traced(environ, config_file, env_file)[0]
+
+
+def load_settings_traced(
+    environ: Mapping[str, str], config_file: Path | None = None, env_file: Path | None = None
+) -> tuple[Settings, list[tuple[str, dict[str, Any]]]]:
+    """``load_settings``, and what each source gave, highest priority first, labelled
+    ``environment`` or ``file PATH`` (``settings --effective`` shows where values came from)."""
     _text_only(environ)
     upper = {key.upper(): value for key, value in environ.items()}
     if config_file is None and upper.get(CONFIG_FILE_ENV):
@@ -197,15 +205,19 @@ def load_settings(
     if env_file is None and upper.get(ENV_FILE_ENV):
         env_file = Path(upper[ENV_FILE_ENV])
     sources: list[PydanticBaseSettingsSource] = [_Environment(Settings, environ)]
+    labels = ["environment"]
     if env_file is not None:
         _check_named_file(env_file, ENV_FILE_ENV)
         sources.append(_DotEnv(Settings, env_file))
+        labels.append(f"file {env_file}")
     if config_file is not None:
         sources.append(_settings_file_source(config_file))
+        labels.append(f"file {config_file}")
     try:
         # ``_build_sources``: BaseSettings' documented way to hand it ready sources; mypy
-        # sees only the fields in the signature.
-        return Settings(_build_sources=(tuple(sources), {}))  # type: ignore[call-arg]
+        # sees only the fields in the signature. Each source read its file when built.
+        settings = Settings(_build_sources=(tuple(sources), {}))  # type: ignore[call-arg]
+        return settings, [(label, source()) for label, source in zip(labels, sources, strict=True)]
     except ValidationError as exc:
         raise InvalidSettings(_describe(exc)) from None
     except SettingsError as exc:

@@ -1,4 +1,4 @@
-"""The configuration table of the README and ``docs/settings.md``, generated from the
+"""The configuration table of ``docs/settings.md``, generated from the
 settings' own descriptions (``rebalance-sidecar settings --write FILE``); a test fails when
 a copy is stale."""
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sidecar.cli import _EarlySignals, check_resolvable
+from sidecar.cli import _EarlySignals
+from sidecar.preflight import check_resolvable
 from sidecar.settings import InvalidSettings
 from sidecar.settings_sources import load_settings
 from tests.support.sidecars import REPO, free_port
@@ -359,8 +360,12 @@ def test_settings_write_refuses_a_file_it_cannot_use(tmp_path: Path) -> None:
 
 
 def test_settings_write_changes_no_file_when_one_is_refused(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    stale = (REPO / "README.md").read_text().replace("| `SIDECAR_GROUP_ID`", "| `SIDECAR_GONE`")
+    readme = tmp_path / "settings.md"
+    stale = (
+        (REPO / "docs" / "settings.md")
+        .read_text()
+        .replace("| `SIDECAR_GROUP_ID`", "| `SIDECAR_GONE`")
+    )
     assert "`SIDECAR_GONE`" in stale
     readme.write_text(stale)
     done = run({}, "settings", "--write", str(readme), "--write", str(tmp_path / "missing.md"))
@@ -369,7 +374,7 @@ def test_settings_write_changes_no_file_when_one_is_refused(tmp_path: Path) -> N
     done = run({}, "settings", "--write", str(readme))
     assert done.returncode == 0, done.stderr
     assert "`SIDECAR_GONE`" not in readme.read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.md"]  # no temp left
 
 
 @pytest.mark.parametrize(
