@@ -14,12 +14,28 @@
 # is copied: a change to sidecar/ rebuilds one small wheel, not all of them.
 
 # Pin the base by tag; add "@sha256:<digest>" for fully reproducible builds.
+# Where no registry is reachable, any Debian image without Python works as well: the
+# stages below install Debian's python3 when the base has none (scripts/image.sh base
+# makes one with debootstrap; `--build-arg PYTHON_IMAGE=...` picks it).
 ARG PYTHON_IMAGE=python:3.11.14-slim-trixie
 
 FROM ${PYTHON_IMAGE} AS builder
 
+# pip's index and the proxies are the host's: scripts/image.sh mounts a pip.conf (and the
+# host's CA bundle) into every RUN, and podman passes the proxy variables through; none of
+# it stays in the image.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_NO_CACHE_DIR=1 \
+    PATH=/opt/venv/bin:$PATH
+
+# One virtualenv in both bases (the official image's Python or Debian's python3).
+# hadolint ignore=DL3008
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/venv
 
 WORKDIR /src
 COPY pyproject.toml constraints.txt ./
@@ -39,6 +55,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels/app .
 
 FROM ${PYTHON_IMAGE}
 
+# Declared again to reach the label below (an ARG before FROM is only seen by FROM).
+ARG PYTHON_IMAGE
 ARG UID=10001
 ARG GID=10001
 # Set by scripts/release.sh (or --build-arg) for the OCI labels.
@@ -59,11 +77,19 @@ LABEL org.opencontainers.image.title="rebalance-sidecar" \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH \
     SIDECAR_DATA_DIR=/var/lib/rebalance-sidecar
 
-# A fixed numeric uid/gid so that Kubernetes `runAsNonRoot` can verify it and
+# dumb-init is PID 1 (see the ENTRYPOINT); Debian's python3 only where the base has no
+# Python. A fixed numeric uid/gid so that Kubernetes `runAsNonRoot` can verify it and
 # volume ownership (fsGroup) is predictable.
-RUN groupadd --system --gid "${GID}" sidecar \
+# hadolint ignore=DL3008
+RUN if command -v python3 >/dev/null; then python=""; else python="python3 python3-venv"; fi \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends dumb-init ${python} \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+    && python3 -m venv /opt/venv \
+    && groupadd --system --gid "${GID}" sidecar \
     && useradd --system --uid "${UID}" --gid "${GID}" --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin sidecar \
     && mkdir -p /var/lib/rebalance-sidecar \
@@ -90,8 +116,10 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('SIDECAR_ADMIN_PORT', '8081') + '/livez', timeout=4)"]
 
-# Exec form: the sidecar's own Python process is PID 1 and receives SIGTERM
-# directly (no shell in between), and handles it from its first instant. No
-# init (tini) is needed: `run` starts no child processes to reap.
-ENTRYPOINT ["rebalance-sidecar"]
+# PID 1 is dumb-init, the sidecar its only child. A Python PID 1 loses a SIGTERM that
+# arrives before its handler is installed (the kernel drops signals PID 1 has no handler
+# for), and `docker stop` then waits for the SIGKILL. dumb-init forwards every signal to
+# the sidecar and exits with its exit code (0 after a drain; 143 for a SIGTERM before the
+# handler). docs/container.md has the details.
+ENTRYPOINT ["dumb-init", "--", "rebalance-sidecar"]
 CMD ["run"]

@@ -36,10 +36,12 @@ SECTIONS: dict[str, str] = {
     "journal": "bench.journal_append",
     "scale": "bench.scale",
     "handover": "bench.handover.section",
+    "image": "bench.image",
 }
 NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
 # Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
-OPT_IN = {"handover"}
+# image: only when asked (--only image): it builds the image when missing (podman).
+OPT_IN = {"handover", "image"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 BROKER_DATA = REPO / ".cache" / "kafka-bench"  # the broker the bench starts itself
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
@@ -70,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
         "of it) and writes docs/benchmarks.md.",
         epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
         "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "
-        "--output docs/handover.md). Without --bootstrap, a broker is started "
+        "--output docs/handover.md; image only with --only too: the image's size against its "
+        "base, building it with scripts/image.sh when missing). Without --bootstrap, a "
+        "broker is started "
         "with deploy/local/kafka.sh on --kafka-port (empty at each start, data in "
         ".cache/kafka-bench) and stopped "
         "afterwards. The document is written by a full run of every section, or wherever "

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: set-up, static checks, tests.
-# Exits non-zero on any failure. Extra arguments go to pytest (e.g. -k, -x, -m "not slow").
+# Exits non-zero on any failure. Extra arguments go to the main pytest (e.g. -k, -x, -m "not slow").
+# Then the container checks as their own stage: scripts/image.sh build (cached: a rerun only
+# checks its layers) and scripts/image.sh test (tests/container, a real container of the
+# image against the broker). CONTAINER_CHECKS=0 skips that stage (never in CI).
 #
 # Set-up (all idempotent and cached): the virtualenv with the package and its extras,
 # helm, kustomize and promtool built from their Go modules, Spark's Kafka connector jars and the
@@ -15,39 +18,53 @@ export PYTHONDONTWRITEBYTECODE=1
 
 step() { printf '\n== %s\n' "$*" >&2; }
 started=$SECONDS
+stage_started=$SECONDS
+# The time of the stage that just ended, then the next stage's title.
+stage() {
+  printf '== (%d s)\n' "$((SECONDS - stage_started))" >&2
+  stage_started=$SECONDS
+  step "$@"
+}
 
 step "set-up: virtualenv and packages"
 scripts/bootstrap.sh dev,analytics
 
 if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
-  step "set-up: Kafka broker (deploy/local/kafka.sh)"
+  stage "set-up: Kafka broker (deploy/local/kafka.sh)"
   # Empty unless already running: the tests never delete their topics (see kafka.sh fresh).
   KAFKA_BOOTSTRAP_SERVERS="$(deploy/local/kafka.sh fresh </dev/null)"
   export KAFKA_BOOTSTRAP_SERVERS
   trap 'deploy/local/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 
-step "set-up: deploy tools (helm, kustomize and promtool from Go modules, hadolint, kubernetes-validate)"
+stage "set-up: deploy tools (helm, kustomize and promtool from Go modules, hadolint, kubernetes-validate)"
 scripts/check-deploy.sh tools </dev/null
 
-step "set-up: the Go reference app (tests/handover) and Toxiproxy (link faults), from Go modules"
+stage "set-up: the Go reference app (tests/handover) and Toxiproxy (link faults), from Go modules"
 scripts/build-go-app.sh </dev/null
 scripts/toxiproxy.sh </dev/null >/dev/null
 
-step "set-up: Spark's Kafka connector jars"
+stage "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null
 
-step "set-up: Debian's Chromium for the status page (scripts/chromium.sh)"
+stage "set-up: Debian's Chromium for the status page (scripts/chromium.sh)"
 scripts/chromium.sh </dev/null
 
-step "ruff"
+stage "ruff"
 ruff check .
 ruff format --check .
 
-step "mypy --strict"
+stage "mypy --strict"
 mypy
 
-step "pytest"
-pytest "$@"
+stage "pytest"
+pytest --ignore=tests/container "$@"
 
-step "done in $((SECONDS - started)) s"
+if [[ "${CONTAINER_CHECKS:-1}" != 0 || -n "${CI:-}" ]]; then
+  stage "container image: scripts/image.sh build (base from Debian packages, cached)"
+  CI="${CI:-true}" scripts/image.sh build </dev/null
+  stage "container checks: scripts/image.sh test (tests/container)"
+  CI="${CI:-true}" scripts/image.sh test </dev/null
+fi
+
+stage "done in $((SECONDS - started)) s"

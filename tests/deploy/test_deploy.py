@@ -1605,7 +1605,8 @@ def dockerfile_final_stage(path: Path) -> dict[str, Any]:
 
 def test_image_runs_the_command_the_integration_tests_run() -> None:
     stage = dockerfile_final_stage(REPO / "Dockerfile")
-    assert stage["ENTRYPOINT"] + stage["CMD"] == ["rebalance-sidecar", "run"]
+    # dumb-init is PID 1 and runs the sidecar as its child (docs/container.md says why).
+    assert stage["ENTRYPOINT"] + stage["CMD"] == ["dumb-init", "--", "rebalance-sidecar", "run"]
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     # The tests start `python -m sidecar run`; __main__ calls the console script's function.
     assert scripts["rebalance-sidecar"] == "sidecar.cli:main"
