@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import structlog
 
+from sidecar.credentials import CollapseRepeats
+
 _SECRET_KEYS = re.compile(r"(token|secret|password|authorization|sasl)", re.IGNORECASE)
 _INLINE = re.compile(r"(whsec_)[A-Za-z0-9+/=]+|(Bearer\s+)\S+")
 REDACTED = "[redacted]"
@@ -75,7 +77,10 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
 def kafka_logger(client: str) -> logging.Logger:
     """The standard-library logger a librdkafka client (``logger`` in its configuration)
     writes to: its lines then come out in the sidecar's format, not raw on stderr."""
-    return logging.getLogger(f"librdkafka.{client}")
+    logger = logging.getLogger(f"librdkafka.{client}")
+    if not logger.filters:  # its repeats (hundreds a minute on refused credentials) collapsed
+        logger.addFilter(CollapseRepeats())
+    return logger
 
 
 def _identity(
