@@ -2,6 +2,8 @@
 # The whole test suite from a fresh clone: set-up, static checks, tests.
 # Exits non-zero on any failure. Extra arguments go to pytest (e.g. -k, -x, -m "not slow").
 #
+# The secured-broker tests (tests/secured) start a private KAFKA_SECURITY=secured broker
+# themselves (openssl and keytool make its certificates).
 # Set-up (all idempotent and cached): the virtualenv with the package and its extras,
 # helm, kustomize and promtool built from their Go modules, Spark's Kafka connector jars and the
 # Kafka broker jars from Maven Central, and a local KRaft broker on 127.0.0.1 (unless
