@@ -200,6 +200,7 @@ def test_refused_credentials_fail_startupz_and_exit_78_with_one_line(
             assert cases[case][1] in verdict[0]
             assert len(log.splitlines()) < 80, f"{case}: a log flood\n{log[-3000:]}"
             assert secured_broker.password not in log
+            assert wrong_password.read_text() not in log  # a refused secret is one too
     finally:
         for sidecar in sidecars.values():
             sidecar.stop()
