@@ -5,6 +5,8 @@
 # checks its layers) and scripts/image.sh test (tests/container, a real container of the
 # image against the broker). CONTAINER_CHECKS=0 skips that stage (never in CI).
 #
+# The secured-broker tests (tests/secured) start a private KAFKA_SECURITY=secured broker
+# themselves (openssl and keytool make its certificates).
 # Set-up (all idempotent and cached): the virtualenv with the package and its extras,
 # helm, kustomize and promtool built from their Go modules, Spark's Kafka connector jars and the
 # Kafka broker jars from Maven Central, and a local KRaft broker on 127.0.0.1 (unless

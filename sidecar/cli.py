@@ -178,11 +178,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="rebalance-sidecar",
         description="Join a Kafka consumer group for an application and turn its rebalances "
         "into signed, durable, ordered webhooks, SSE and a journal.",
-        epilog="exit codes: 0 done or stopped by a signal (run); 1 failed while running "
-        "(the output could not be written: a full disk; a listener of run died); 2 bad "
-        "arguments, settings or input; "
-        f"{JOURNAL_FAILED_EXIT} the journal failed, the member stopped (run); "
-        f"130 interrupted; {EXIT_BROKEN_PIPE} the reader of stdout went away",
+        epilog="exit codes: 0 done or stopped by a signal (run); 1 failed while running (the "
+        "output could not be written: a full disk; a listener of run died); 2 bad arguments, "
+        f"settings or input; {JOURNAL_FAILED_EXIT} the journal failed, the member stopped (run); "
+        "75 drained to load renewed TLS files (run); 78 Kafka kept refusing the credentials "
+        f"(run); 130 interrupted; {EXIT_BROKEN_PIPE} the reader of stdout went away",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -263,11 +263,11 @@ def _run(config: Path | None, env_file: Path | None) -> int:
     from sidecar.datadir import lock_data_dir
     from sidecar.preflight import check_declared_webhooks, check_kafka_config, check_resolvable
     from sidecar.settings import InvalidSettings
-    from sidecar.settings_sources import load_settings, unknown_variables
+    from sidecar.settings_sources import load_settings, unknown_variables, with_secret_files
 
-    unknown = unknown_variables(os.environ)
+    unknown = unknown_variables(environ := with_secret_files(os.environ))  # SIDECAR_<X>_FILE
     try:
-        settings = load_settings(os.environ, config, env_file)
+        settings = load_settings(environ, config, env_file)
         settings.require_group()
     except InvalidSettings as exc:
         # A typo in a variable name is the likeliest cause of a missing setting.

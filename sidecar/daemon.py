@@ -26,6 +26,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from sidecar import credentials, rotation
 from sidecar.api import create_admin_app, create_app
 from sidecar.commands import Leave
 from sidecar.components import Components, build_components
@@ -105,6 +106,7 @@ class Sidecar:
         self._parts: Components | None = None
         self._member: GroupMember | None = None
         self._stop_requested = asyncio.Event()
+        self._exit_code = 0  # request_stop's: credentials refused, renewed TLS files
         self._signals = 0
         self._listeners: list[_Listener] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -233,6 +235,8 @@ class Sidecar:
         self._tasks = [
             loop.create_task(self._prune_forever(), name="prune"),
             loop.create_task(self._watch_first_join(), name="first-join"),
+            loop.create_task(credentials.watch(self), name="credentials"),
+            loop.create_task(rotation.watch(self), name="tls-files"),
         ]
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
@@ -251,7 +255,7 @@ class Sidecar:
         stop_waiter = loop.create_task(self._stop_requested.wait())
         serving = {lst.task for lst in self._listeners if lst.task is not None}
         await asyncio.wait({*serving, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-        exit_code = 0 if stop_waiter.done() else 1
+        exit_code = self._exit_code if stop_waiter.done() else 1
         stop_waiter.cancel()
         watchdog = _hard_exit_after(s.shutdown_timeout_ms / 1000)
         try:
@@ -262,7 +266,8 @@ class Sidecar:
                 loop.remove_signal_handler(signum)
         return exit_code
 
-    def request_stop(self) -> None:
+    def request_stop(self, exit_code: int = 0) -> None:
+        self._exit_code = self._exit_code or exit_code
         self._stop_requested.set()
 
     def _on_signal(self, signum: int) -> None:

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
+from sidecar.credentials import observing
 from sidecar.logs import kafka_logger
 from sidecar.model import OffsetStatus, PartitionOffset
 from sidecar.settings import Settings
@@ -193,7 +194,7 @@ def consumer_config(
     # The same configuration the CLI has librdkafka judge before start-up, plus callbacks.
     config: dict[str, Any] = {
         **settings.consumer_config(),
-        "error_cb": on_error,
+        "error_cb": observing(on_error, settings.consumer_config()),
         "on_commit": on_commit,
         "logger": kafka_logger("member"),
     }

@@ -105,7 +105,8 @@ class KafkaLink:
         elif code in _REFUSED:
             self.connected = False
             self.error = error.str()
-            log.error("Kafka refused us", error=error.str(), code=error.name())
+            if self._should_log(code):
+                log.error("Kafka refused us", error=error.str(), code=error.name())
         elif self._should_log(code):
             log.warning(
                 "Kafka error",

@@ -113,6 +113,8 @@ class RepeatedLines(logging.Filter):
         self._seen: dict[tuple[int, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:
+            return True  # asked for (SIDECAR_KAFKA_DEBUG): every line
         message = record.getMessage()
         kind = (record.levelno, _NUMBERS.sub("#", message))
         now = self._clock()

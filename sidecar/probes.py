@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sidecar.credentials import REFUSALS
 from sidecar.model import Assignment, MemberState
 from sidecar.settings import Settings
 
@@ -154,6 +155,8 @@ class Probes:
         phase = self._lifecycle()
         if phase in (Lifecycle.CREATED, Lifecycle.STARTING):
             return Probe(False, phase.value)
+        if (refused := REFUSALS.reason) is not None:
+            return Probe(False, refused)
         return Probe(True, f"journal open, API serving ({phase.value})")
 
     def readiness(self) -> Probe:

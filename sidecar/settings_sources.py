@@ -33,6 +33,8 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from sidecar.kafka_properties import kafka_properties_from_env
+from sidecar.secret_files import SecretFileError
+from sidecar.secret_files import resolve as resolve_secret_files
 from sidecar.settings import (
     CONFIG_FILE_ENV,
     ENV_FILE_ENV,
@@ -243,6 +245,14 @@ def _text_only(environ: Mapping[str, str]) -> None:
                 raise InvalidSettings(
                     f"invalid setting {shown}: its {what} is not UTF-8 text"
                 ) from None
+
+
+def with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with each ``SIDECAR_<X>_FILE`` read into ``SIDECAR_<X>``."""
+    try:
+        return resolve_secret_files(environ)
+    except SecretFileError as exc:
+        raise InvalidSettings(str(exc)) from None
 
 
 def known_variables() -> tuple[str, ...]:

@@ -19,6 +19,13 @@
 #   KAFKA_HEAP_OPTS        broker heap (default "-Xms128m -Xmx512m")
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker to answer (default 90)
 #   KAFKA_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 20)
+#   KAFKA_SECURITY         "secured": also listen with SASL_SSL/SCRAM-SHA-512 (KAFKA_PORT+2),
+#                          SSL with client certificates required (KAFKA_PORT+3) and, when
+#                          KAFKA_OAUTH_JWKS_URL is set, SASL_SSL/OAUTHBEARER (KAFKA_PORT+4);
+#                          certificates, keystores and passwords in $KAFKA_DATA_DIR/secured
+#                          (deploy/local/secured-certs.sh); SCRAM user "sidecar" made at format
+#   KAFKA_OAUTH_JWKS_URL   the JWKS the OAUTHBEARER listener validates tokens with
+#   KAFKA_OAUTH_TOKEN_URL  the token endpoint clients use (allowed with the JWKS URL)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,6 +42,8 @@ HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
 ADDRESS="127.0.0.1:$PORT"
+SECURITY="${KAFKA_SECURITY:-plaintext}"
+SECURED_DIR="$DATA_DIR/secured"
 
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() {
@@ -92,6 +101,57 @@ render_config() {
   mkdir -p "$DATA_DIR/logs" "$LOG_DIR"
   sed -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
     -e "s|@DATA_DIR@|$DATA_DIR|g" "$HERE/server.properties.template" >"$DATA_DIR/server.properties"
+  if [[ "$SECURITY" == secured ]]; then render_secured; fi
+}
+
+# The secured listeners, appended (later keys win in a properties file).
+render_secured() {
+  "$HERE/secured-certs.sh" init "$SECURED_DIR"
+  local store listeners advertised map
+  store="$(cat "$SECURED_DIR/store.password")"
+  listeners="PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT"
+  listeners+=",SASL_SSL://127.0.0.1:$((PORT + 2)),SSL://127.0.0.1:$((PORT + 3))"
+  advertised="PLAINTEXT://127.0.0.1:$PORT,SASL_SSL://127.0.0.1:$((PORT + 2))"
+  advertised+=",SSL://127.0.0.1:$((PORT + 3))"
+  map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,OAUTH:SASL_SSL"
+  if [[ -n "${KAFKA_OAUTH_JWKS_URL:-}" ]]; then
+    listeners+=",OAUTH://127.0.0.1:$((PORT + 4))"
+    advertised+=",OAUTH://127.0.0.1:$((PORT + 4))"
+  fi
+  cat >>"$DATA_DIR/server.properties" <<EOF
+
+# KAFKA_SECURITY=secured (kafka.sh): TLS, SCRAM, client certificates, OAUTHBEARER.
+listeners=$listeners
+advertised.listeners=$advertised
+listener.security.protocol.map=$map
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$SECURED_DIR/broker.p12
+ssl.keystore.password=$store
+ssl.key.password=$store
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$SECURED_DIR/truststore.p12
+ssl.truststore.password=$store
+listener.name.ssl.ssl.client.auth=required
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+  if [[ -n "${KAFKA_OAUTH_JWKS_URL:-}" ]]; then
+    cat >>"$DATA_DIR/server.properties" <<EOF
+listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+listener.name.oauth.oauthbearer.sasl.oauthbearer.jwks.endpoint.url=$KAFKA_OAUTH_JWKS_URL
+listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience=kafka
+EOF
+  fi
+}
+
+# The JVM's system properties for the secured mode: Kafka 4 fetches only allowed URLs.
+secured_jvm_opts() {
+  [[ "$SECURITY" == secured && -n "${KAFKA_OAUTH_JWKS_URL:-}" ]] || return 0
+  local urls="$KAFKA_OAUTH_JWKS_URL"
+  [[ -z "${KAFKA_OAUTH_TOKEN_URL:-}" ]] || urls+=",$KAFKA_OAUTH_TOKEN_URL"
+  printf '%s\n' "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$urls"
 }
 
 # Short-lived JVM for Kafka's command-line classes; its logging is kept quiet.
@@ -105,8 +165,12 @@ format_storage() {
   local cluster_id
   cluster_id="$(random_cluster_id)"
   say "formatting $DATA_DIR/logs (cluster id $cluster_id)"
+  local scram=()
+  if [[ "$SECURITY" == secured ]]; then
+    scram=(--add-scram "SCRAM-SHA-512=[name=sidecar,password=$(cat "$SECURED_DIR/sidecar.password")]")
+  fi
   java_tool kafka.tools.StorageTool format --ignore-formatted \
-    -t "$cluster_id" -c "$DATA_DIR/server.properties" </dev/null >"$LOG_DIR/format.log" 2>&1 ||
+    -t "$cluster_id" -c "$DATA_DIR/server.properties" "${scram[@]}" </dev/null >"$LOG_DIR/format.log" 2>&1 ||
     {
       cat "$LOG_DIR/format.log" >&2
       die "formatting the storage failed"
@@ -140,14 +204,15 @@ cmd_start() {
   resolve_jars
   render_config
   format_storage
-  say "starting Kafka on $ADDRESS (controller 127.0.0.1:$CONTROLLER_PORT, data $DATA_DIR)"
+  say "starting Kafka on $ADDRESS ($SECURITY, controller 127.0.0.1:$CONTROLLER_PORT, data $DATA_DIR)"
   # setsid: the broker leads its own process group, so stop/pause reach all of it.
   # All its fds are redirected, so callers capturing our stdout do not wait on it.
-  local heap
+  local heap jvm_opts
   read -r -a heap <<<"$HEAP_OPTS"
+  mapfile -t jvm_opts < <(secured_jvm_opts)
   # shellcheck disable=SC2016  # $$ and "$@" expand in the inner shell
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PID_FILE" \
-    java "${heap[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    java "${heap[@]}" "${jvm_opts[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     -Dkafka.logs.dir="$LOG_DIR" -Dlog4j2.configurationFile="$HERE/log4j2.properties" \
     -cp "$LIBS/*" kafka.Kafka "$DATA_DIR/server.properties" \
     </dev/null >>"$LOG_DIR/stdout.log" 2>&1 &
@@ -221,6 +286,8 @@ cmd_fresh() {
   fi
   cmd_start
 }
+
+[[ "$SECURITY" == plaintext || "$SECURITY" == secured ]] || die "KAFKA_SECURITY: plaintext or secured"
 
 case "${1:-}" in
   start) cmd_start ;;

@@ -25,6 +25,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field
 
 from sidecar.handoff import Handoff
+from sidecar.logs import kafka_logger
 from sidecar.model import Assignment, rfc3339
 from sidecar.schemas import ErrorOut, PartitionOut
 from sidecar.settings import Settings
@@ -317,6 +318,7 @@ class GroupView:
                     # Connection failures reach the caller as 503s (and the member logs its
                     # own); librdkafka's raw log lines on stderr would only repeat them.
                     "log_level": 2,
+                    "logger": kafka_logger("admin"),  # debug lines too, in the log's format
                 }
             )
         return self._admin
