@@ -17,7 +17,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 started=$SECONDS
 
 step "set-up: virtualenv and packages"
-scripts/bootstrap.sh dev,analytics
+scripts/bootstrap.sh dev,analytics,tracing
 
 if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
   step "set-up: Kafka broker (deploy/local/kafka.sh)"
@@ -33,6 +33,9 @@ scripts/check-deploy.sh tools </dev/null
 step "set-up: the Go reference app (tests/handover) and Toxiproxy (link faults), from Go modules"
 scripts/build-go-app.sh </dev/null
 scripts/toxiproxy.sh </dev/null >/dev/null
+
+step "set-up: the OpenTelemetry Collector (tests/tracing), from Go modules"
+scripts/otelcol.sh </dev/null
 
 step "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null

@@ -41,6 +41,7 @@ from sidecar.model import (
     TopicPartition,
 )
 from sidecar.settings import Settings
+from sidecar.tracing import RebalanceTraces, commit_span
 
 log = structlog.get_logger("sidecar.member")
 
@@ -83,6 +84,7 @@ class RebalanceListener:
         # The partitions were reported lost without a callback: librdkafka's own revoke
         # or lost for them (when this consumer closes) must not report them again.
         self.presumed_lost = False
+        self._traces = RebalanceTraces()
         # While a synchronous commit waits inside a callback: by when librdkafka's own
         # timeouts end that wait (monotonic), for the liveness probe. ``None`` otherwise.
         self.kafka_wait_until: float | None = None
@@ -256,12 +258,14 @@ class RebalanceListener:
     ) -> None:
         """Commit what the application handed back, as the member that still owns it."""
         assert self.journal is not None
+        committing = time.time()
         try:
             self.commit(consumer, outcome.offsets, source="revoke")
             outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
         except CommitFailed as exc:
             outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
             self.log.error("committing offsets handed back on revoke failed", error=error)
+        commit_span(event.body, committing, len(outcome.offsets), error)
         detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
         for sub_id in outcome.handed_back:  # not those that acknowledged with nothing
             self.journal.record(
@@ -312,6 +316,7 @@ class RebalanceListener:
             return
         self._metrics.rebalances.inc()
         self._sources.last_rebalance_at = time.time()
+        self._sources.rebalance_history.completed(self._sources.last_rebalance_at)
         if completed.duration_s is not None:
             self._metrics.rebalance_duration.observe(completed.duration_s)
             self.log.info("rebalance completed", duration_s=round(completed.duration_s, 4))
@@ -319,6 +324,7 @@ class RebalanceListener:
     def record(self, draft: EventDraft) -> Event:
         """Journal ``draft`` (retrying a failing disk) and publish its sequence."""
         assert self.journal is not None
+        draft, appending = self._traces.stamp(draft), time.time()
         for pause in (*_JOURNAL_RETRY_SECONDS, None):
             try:
                 event = self.journal.append(draft)
@@ -330,6 +336,7 @@ class RebalanceListener:
             else:
                 # Its announcement (announce or await_barrier) follows and wakes the loop.
                 self.publish(sequence=event.sequence, announcing=True)
+                self._traces.journaled(draft, appending)
                 return event
         raise AssertionError("unreachable")
 

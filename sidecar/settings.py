@@ -42,9 +42,9 @@ from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.loopback import is_loopback
+from sidecar.settings_observe import ObservabilitySettings
 
-CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
-ENV_FILE_ENV = "SIDECAR_ENV_FILE"
+CONFIG_FILE_ENV, ENV_FILE_ENV = "SIDECAR_CONFIG_FILE", "SIDECAR_ENV_FILE"
 
 EVENT_TYPES = (
     "kafka.partitions.assigned",
@@ -114,7 +114,7 @@ class WebhookSpec(BaseModel):
         return self.id or "cfg_" + hashlib.sha256(self.url.encode()).hexdigest()[:16]
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, ObservabilitySettings):
     """Everything the sidecar needs, validated once. Units are in the names."""
 
     model_config = SettingsConfigDict(
