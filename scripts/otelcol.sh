@@ -10,6 +10,8 @@ VERSION="${OTELCOL_VERSION:-v0.161.0}"
 BIN_DIR="$PWD/.tools/bin"
 OUT="$BIN_DIR/otelcol"
 STAMP="$BIN_DIR/otelcol.version"
+# The stamp names the release and the source: a changed main.go is built again.
+VERSION="$VERSION $(sha256sum scripts/otelcol/main.go | cut -c1-12)"
 mkdir -p "$BIN_DIR"
 if [[ -x "$OUT" && -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
   echo "otelcol $VERSION already built: $OUT"
@@ -23,12 +25,13 @@ cp scripts/otelcol/main.go "$WORK/main.go"
 cd "$WORK"
 go mod init rebalance-sidecar/otelcol >/dev/null 2>&1
 core=go.opentelemetry.io/collector
-go get "$core/otelcol@$VERSION" "$core/receiver/otlpreceiver@$VERSION" \
-  "$core/exporter/debugexporter@$VERSION" \
-  "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter@$VERSION"
+release="${VERSION%% *}"
+go get "$core/otelcol@$release" "$core/receiver/otlpreceiver@$release" \
+  "$core/exporter/debugexporter@$release" \
+  "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter@$release"
 # The confmap providers are released with confmap (the v1 line): take the one otelcol uses.
 confmap="$(go list -m -f '{{.Version}}' "$core/confmap")"
-go get "$core/confmap/provider/fileprovider@$confmap"
+go get "$core/confmap/provider/fileprovider@$confmap" "$core/confmap/provider/envprovider@$confmap"
 go mod tidy
 go build -trimpath -ldflags "-s -w" -o "$OUT.tmp" .
 mv "$OUT.tmp" "$OUT"

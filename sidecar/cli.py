@@ -40,8 +40,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class CommandFailed(Exception):
-    """A command's input cannot be used (a file it cannot read or write, a journal it
-    cannot open): ``main`` prints the message as one line and exits 2."""
+    """Unusable input (a file it cannot read or write, a journal it cannot open): exit 2."""
 
 
 class OutputFailed(CommandFailed):
@@ -249,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(config: Path | None, env_file: Path | None) -> int:
     import structlog
 
-    from sidecar import logs
+    from sidecar import __version__, logs, tracing
     from sidecar.settings import InvalidSettings
     from sidecar.settings_sources import load_settings, unknown_variables
 
@@ -267,6 +266,7 @@ def _run(config: Path | None, env_file: Path | None) -> int:
     check_resolvable(settings, warn=log.warning)
     check_kafka_config(settings)
     _check_declared_webhooks(settings)
+    tracing.install(tracing.from_environment(os.environ, __version__, log.warning))
     return run_sidecar(settings)
 
 
