@@ -35,9 +35,10 @@ SECTIONS: dict[str, str] = {
     "http": "bench.http_api",
     "journal": "bench.journal_append",
     "scale": "bench.scale",
+    "tracing": "bench.tracing_cost",
     "handover": "bench.handover.section",
 }
-NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
+NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "tracing", "handover"}
 # Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
 OPT_IN = {"handover"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"

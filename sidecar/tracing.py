@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sidecar.model import EventDraft, EventType
@@ -57,11 +58,12 @@ class TraceContext:
 
     @staticmethod
     def new_trace(sampled: bool) -> TraceContext:
-        return TraceContext(os.urandom(16).hex(), _span_id(), sampled)
+        return TraceContext(f"{random.getrandbits(128) or 1:032x}", _span_id(), sampled)
 
 
 def _span_id() -> str:
-    return os.urandom(8).hex()
+    # As the OpenTelemetry SDK draws them (random.getrandbits): ids, not secrets.
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
@@ -86,7 +88,11 @@ def traceparent_of(body: bytes) -> TraceContext | None:
     if at < 0:
         return None
     start = at + len(_BODY_MARK)
-    return parse_traceparent(body[start : start + 55].decode("ascii", "replace"))
+    text = body[start : start + 55].decode("ascii", "replace")
+    # Ours, written by ``RebalanceTraces.stamp``: the layout is enough to check.
+    if len(text) != 55 or text[2] != "-" or text[35] != "-" or text[52] != "-":
+        return None
+    return TraceContext(text[3:35], text[36:52], text[53:55] == "01")
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,15 +293,18 @@ class RebalanceTraces:
                 "messaging.kafka.member.id": draft.member_id or "",
             }
         callback = self._root.child()
-        return replace(draft, traceparent=callback.traceparent)
+        # The draft was just made by the member thread and no one else holds it yet: set
+        # the field in place (``dataclasses.replace`` cost more than the rest of this).
+        object.__setattr__(draft, "traceparent", callback.traceparent)
+        return draft
 
     def journaled(self, draft: EventDraft, append_started: float) -> None:
         """After the append of a stamped draft: its callback and journal-append spans."""
-        context = parse_traceparent(draft.traceparent)
-        root = self._root
         out = self._tracer()
+        root = self._root
         now = time.time()
-        if context is not None and root is not None and out.exporting:
+        context = parse_traceparent(draft.traceparent) if out.exporting else None
+        if context is not None and root is not None:
             attributes = _event_attributes(draft)
             out.record(
                 SpanRecord(
