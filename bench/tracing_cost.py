@@ -100,7 +100,7 @@ def _rounds(variants: dict[str, Callable[[], None]], window: float) -> dict[str,
 
 
 def _lag_reads(ctx: Context) -> dict[str, list[float]]:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from sidecar.web.group import describe_group, describe_with_positions
 

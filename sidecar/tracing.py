@@ -140,7 +140,7 @@ class OtlpTracer(Tracer):
             # Resource.create reads OTEL_SERVICE_NAME itself, and it wins over ours.
             self._resource = self._resource.merge(Resource.create({}))
         self._scope = InstrumentationScope("rebalance-sidecar", service_version)
-        self._processor = BatchSpanProcessor(OTLPSpanExporter())
+        self._processor: Any = BatchSpanProcessor(OTLPSpanExporter())
         self._lock = threading.Lock()
         self._closed = False
 

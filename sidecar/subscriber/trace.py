@@ -25,7 +25,8 @@ def handling(headers: Mapping[str, str], event: Mapping[str, Any]) -> Iterator[N
         return
     carrier = {k.lower(): v for k, v in headers.items()}
     parent = TraceContextTextMapPropagator().extract(carrier)
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    raw = event.get("data")
+    data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
     attributes = {
         "messaging.system": "kafka",
         "messaging.operation.type": "process",

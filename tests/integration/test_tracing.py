@@ -63,7 +63,7 @@ class Collector:
         return f"http://127.0.0.1:{self.port}"
 
     def spans(self) -> list[dict[str, Any]]:
-        found = []
+        found: list[dict[str, Any]] = []
         if not self.out.exists():
             return found
         for line in self.out.read_text().splitlines():
