@@ -35,10 +35,11 @@ SECTIONS: dict[str, str] = {
     "http": "bench.http_api",
     "journal": "bench.journal_append",
     "scale": "bench.scale",
+    "tracing": "bench.tracing_cost",
     "handover": "bench.handover.section",
     "image": "bench.image",
 }
-NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
+NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "tracing", "handover"}
 # Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
 # image: only when asked (--only image): it builds the image when missing (podman).
 OPT_IN = {"handover", "image"}

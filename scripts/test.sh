@@ -29,7 +29,7 @@ stage() {
 }
 
 step "set-up: virtualenv and packages"
-scripts/bootstrap.sh dev,analytics
+scripts/bootstrap.sh dev,analytics,tracing
 
 if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
   stage "set-up: Kafka broker (deploy/local/kafka.sh)"
@@ -45,6 +45,9 @@ scripts/check-deploy.sh tools </dev/null
 stage "set-up: the Go reference app (tests/handover) and Toxiproxy (link faults), from Go modules"
 scripts/build-go-app.sh </dev/null
 scripts/toxiproxy.sh </dev/null >/dev/null
+
+stage "set-up: the OpenTelemetry Collector (tests/tracing), from Go modules"
+scripts/otelcol.sh </dev/null
 
 stage "set-up: Spark's Kafka connector jars"
 scripts/spark-jars.sh </dev/null >/dev/null

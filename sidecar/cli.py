@@ -259,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(config: Path | None, env_file: Path | None) -> int:
     import structlog
 
-    from sidecar import logs
+    from sidecar import __version__, logs, tracing
     from sidecar.datadir import lock_data_dir
     from sidecar.preflight import check_declared_webhooks, check_kafka_config, check_resolvable
     from sidecar.settings import InvalidSettings
@@ -280,6 +280,7 @@ def _run(config: Path | None, env_file: Path | None) -> int:
     check_resolvable(settings, warn=log.warning)
     check_kafka_config(settings)
     check_declared_webhooks(settings)
+    tracing.install(tracing.from_environment(os.environ, __version__, log.warning))
     try:
         return run_sidecar(settings)
     finally:

@@ -24,8 +24,11 @@ from sidecar.fleet import CURSOR as FLEET_CURSOR
 from sidecar.fleet import FleetJournal
 from sidecar.handoff import BarrierDone, BarrierOutcome, Handoff
 from sidecar.journal import Journal, JournalUnopenable
+from sidecar.lag_metrics import LagCollector
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, Event, MemberState
+from sidecar.positions import PositionsView
+from sidecar.rebalance_history import RebalanceHistory
 from sidecar.settings import InvalidSettings, Settings
 from sidecar.subscriptions import Registry
 from sidecar.webhook_http import WebhookClient
@@ -67,6 +70,7 @@ class Components:
     dispatcher: Dispatcher
     registry: Registry
     fleet: FleetJournal | None
+    positions: PositionsView
 
     def start(self) -> None:
         """Start the loop-side workers and declare the settings' webhooks."""
@@ -127,8 +131,15 @@ def build_components(
         ),
         journal_used_bytes=journal.used_bytes_if_readable,
         journal_max_bytes=settings.journal_max_bytes,
+        rebalance_history=RebalanceHistory(max(3600.0, settings.flapping_window_ms / 1000)),
     )
     metrics.observe_state(lambda: handoff.snapshot, sources)
+    positions = PositionsView(settings, lambda: handoff.snapshot, history=sources.rebalance_history)
+    metrics_registry.register(
+        LagCollector(
+            settings.group_id, lambda: handoff.snapshot, positions, sources.rebalance_history
+        )
+    )
     dispatcher = Dispatcher(
         journal,
         metrics,
@@ -158,4 +169,5 @@ def build_components(
         dispatcher=dispatcher,
         registry=registry,
         fleet=fleet,
+        positions=positions,
     )

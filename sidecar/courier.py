@@ -26,6 +26,7 @@ from sidecar.journal import Journal
 from sidecar.metrics import Metrics
 from sidecar.model import Delivery, DeliveryOutcome, Event, EventType, PartitionOffset, Subscription
 from sidecar.retry import RetryPolicy, retry_after_seconds
+from sidecar.tracing import TRACEPARENT, delivery_span
 from sidecar.webhook_http import PostFailed, WebhookClient
 
 log = structlog.get_logger("sidecar.delivery")
@@ -342,6 +343,9 @@ class Courier:
             "webhook-signature": sign(sub.secret, event.id, timestamp, event.body),
             "user-agent": "rebalance-sidecar",
         }
+        span = delivery_span(event.body, sub.id, sub.mode)
+        if span.header is not None:
+            headers[TRACEPARENT] = span.header
         started = time.perf_counter()
         try:
             answer = await self._client.post(
@@ -352,10 +356,12 @@ class Courier:
                 cap=_MAX_RESPONSE_BYTES,
             )
         except PostFailed as exc:
+            span.answered(None, str(exc))
             return PostResult(None, str(exc), None, b"", time.perf_counter() - started)
         status = answer.status
         retry_after = retry_after_seconds(answer.retry_after, time.time())
         error = None if 200 <= status < 300 else f"HTTP {status}"
+        span.answered(status, error)
         return PostResult(status, error, retry_after, answer.body, time.perf_counter() - started)
 
     def _offsets(

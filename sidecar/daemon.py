@@ -38,6 +38,7 @@ from sidecar.http_protocol import deadlined_h11
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
 from sidecar.model import Assignment, MemberState
+from sidecar.positions import PositionsView
 from sidecar.probes import Lifecycle, Probes
 from sidecar.settings import Settings
 from sidecar.subscriptions import Registry
@@ -151,6 +152,10 @@ class Sidecar:
     @property
     def feed(self) -> Feed:
         return self.parts.feed
+
+    @property
+    def positions(self) -> PositionsView:
+        return self.parts.positions
 
     @property
     def stopping(self) -> bool:

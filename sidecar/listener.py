@@ -47,6 +47,7 @@ from sidecar.model import (
 )
 from sidecar.session import Callback, Handling, Session
 from sidecar.settings import Settings
+from sidecar.tracing import RebalanceTraces, commit_span
 
 log = structlog.get_logger("sidecar.member")
 
@@ -93,6 +94,7 @@ class RebalanceListener:
         # The end of the commits' bound inside the callback under way (monotonic).
         self._callback_commit_deadline: float | None = None
         self._unconfirmed = UnconfirmedCommits()
+        self._traces = RebalanceTraces()
         fail_stop.on_stop(self._stopping)
 
     # -- read-only views -------------------------------------------------------------------
@@ -341,6 +343,7 @@ class RebalanceListener:
     ) -> None:
         """Commit what the application handed back, as the member that still owns it."""
         assert self._journal is not None
+        committing = time.time()
         try:
             self.commit(consumer, outcome.offsets, source="revoke")
             outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
@@ -349,6 +352,7 @@ class RebalanceListener:
         except CommitFailed as exc:
             outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
             self.log.error("committing offsets handed back on revoke failed", error=error)
+        commit_span(event.body, committing, len(outcome.offsets), error)
         detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
         for sub_id in outcome.handed_back:  # not those that acknowledged with nothing
             self._journal.record(
@@ -399,6 +403,7 @@ class RebalanceListener:
             return
         self._metrics.rebalances.inc()
         self._sources.last_rebalance_at = time.time()
+        self._sources.rebalance_history.completed(self._sources.last_rebalance_at)
         if completed.duration_s is not None:
             self._metrics.rebalance_duration.observe(completed.duration_s)
             self.log.info("rebalance completed", duration_s=round(completed.duration_s, 4))
@@ -406,6 +411,7 @@ class RebalanceListener:
     def record(self, draft: EventDraft) -> Event:
         """Journal ``draft`` (retrying a failing disk) and publish its sequence."""
         assert self._journal is not None
+        draft, appending = self._traces.stamp(draft), time.time()
         for pause in (*_JOURNAL_RETRY_SECONDS, None):
             try:
                 event = self._journal.append(draft)
@@ -417,6 +423,7 @@ class RebalanceListener:
             else:
                 # Its announcement (announce or await_barrier) follows and wakes the loop.
                 self.publish(sequence=event.sequence, announcing=True)
+                self._traces.journaled(draft, appending)
                 return event
         raise AssertionError("unreachable")
 

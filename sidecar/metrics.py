@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sidecar.model import Assignment, DeliveryOutcome, MemberState
+from sidecar.rebalance_history import RebalanceHistory
 
 PREFIX = "rebalance_sidecar_"
 
@@ -179,6 +180,7 @@ class StateSources:
     journal_used_bytes: Callable[[], int | None] | None = None
     journal_max_bytes: int = 0  # SIDECAR_JOURNAL_MAX_BYTES; 0: no size budget
     last_rebalance_at: float = 0.0
+    rebalance_history: RebalanceHistory = field(default_factory=RebalanceHistory)
     statistics: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

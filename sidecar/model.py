@@ -169,6 +169,8 @@ class EventDraft:
     reason: str | None
     time: float = field(default_factory=time.time)
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    #: W3C trace context (CloudEvents distributed-tracing extension), ``sidecar.tracing``.
+    traceparent: str | None = None
 
     @property
     def source(self) -> str:
@@ -179,7 +181,7 @@ class EventDraft:
             p.as_dict() if self.type is EventType.ASSIGNED else p.tp.as_dict()
             for p in self.partitions
         ]
-        return {
+        document: dict[str, Any] = {
             "specversion": "1.0",
             "id": self.id,
             "source": self.source,
@@ -187,17 +189,20 @@ class EventDraft:
             "time": rfc3339(self.time),
             "sequence": sequence_text(sequence),
             "datacontenttype": "application/json",
-            "data": {
-                "group_id": self.group_id,
-                "member_id": self.member_id,
-                "group_instance_id": self.group_instance_id,
-                "generation_id": self.generation_id,
-                "protocol": self.protocol,
-                "partitions": partitions,
-                "assignment": [tp.as_dict() for tp in self.assignment],
-                "reason": self.reason,
-            },
         }
+        if self.traceparent is not None:
+            document["traceparent"] = self.traceparent
+        document["data"] = {
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "generation_id": self.generation_id,
+            "protocol": self.protocol,
+            "partitions": partitions,
+            "assignment": [tp.as_dict() for tp in self.assignment],
+            "reason": self.reason,
+        }
+        return document
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,27 @@ class AssignmentOut(BaseModel):
     connected: bool
 
 
+class PositionOut(BaseModel):
+    topic: str
+    partition: int
+    committed: int | None = Field(description="Committed offset; null: none, or not read")
+    high_watermark: int | None = Field(description="High watermark; null: not read")
+    lag: int | None = Field(description="max(high_watermark - committed, 0), or null")
+
+
+class PositionsOut(BaseModel):
+    available: bool = Field(description="false: Kafka did not answer (figures null)")
+    error: str | None
+    read_at: str
+    partitions: list[PositionOut]
+
+
+class AssignmentPositionsOut(AssignmentOut):
+    """``GET /assignment?offsets=true``: the assignment and its partitions' positions."""
+
+    positions: PositionsOut
+
+
 class ErrorOut(BaseModel):
     error: str
 

@@ -43,9 +43,9 @@ from sidecar.settings_values import WebhookSpec as WebhookSpec
 from sidecar.settings_values import is_ipv6 as _is_ipv6
 from sidecar.settings_values import is_text as _is_text
 from sidecar.settings_values import librdkafka_text as _librdkafka_text
+from sidecar.settings_observe import ObservabilitySettings
 
-CONFIG_FILE_ENV = "SIDECAR_CONFIG_FILE"
-ENV_FILE_ENV = "SIDECAR_ENV_FILE"
+CONFIG_FILE_ENV, ENV_FILE_ENV = "SIDECAR_CONFIG_FILE", "SIDECAR_ENV_FILE"
 
 # The longest duration a millisecond setting may name: the time and thread APIs these
 # reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
@@ -84,7 +84,7 @@ class InvalidSettings(Exception):
     """Settings that cannot run; ``str()`` names every offending setting."""
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, ObservabilitySettings):
     """Everything the sidecar needs, validated once. Units are in the names."""
 
     model_config = SettingsConfigDict(

@@ -14,6 +14,7 @@ from sidecar.settings import (
     InvalidSettings,
     Settings,
 )
+from sidecar.settings_observe import ObservabilitySettings
 
 # The variables that are not settings themselves but say where settings come from.
 _SOURCE_VARIABLES = {
@@ -23,6 +24,7 @@ _SOURCE_VARIABLES = {
     "settings under their lower-case names (`group_id: orders`, a `kafka:` mapping of "
     "librdkafka properties). Also `run --config FILE`. Either file: at most 4 MiB.",
 }
+_OBSERVE_FIELDS = frozenset(ObservabilitySettings.model_fields)
 TABLE_START = "<!-- settings-table:start (generated: rebalance-sidecar settings --write FILE) -->"
 TABLE_END = "<!-- settings-table:end -->"
 
@@ -30,7 +32,9 @@ TABLE_END = "<!-- settings-table:end -->"
 def markdown_table() -> str:
     """Every variable with its default and meaning, from the fields' own descriptions."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
+    # Settings' own fields first, then those of its base (settings_observe), as declared.
+    fields = sorted(Settings.model_fields.items(), key=lambda f: f[0] in _OBSERVE_FIELDS)
+    for name, field in fields:
         variable = f"{KAFKA_ENV_PREFIX}<NAME>" if name == "kafka" else f"{ENV_PREFIX}{name.upper()}"
         default = _shown_default(field.get_default(call_default_factory=True))
         meaning = (field.description or "").replace("|", "\\|")

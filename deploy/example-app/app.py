@@ -62,6 +62,7 @@ from sidecar.subscriber import (
     Watchdog,
     serve,
 )
+from sidecar.subscriber.trace import export_from_environment
 
 log = logging.getLogger("example-app")
 
@@ -416,6 +417,7 @@ def main() -> int:
         flush_users=int(env.get("FLUSH_USERS", "1000")),
         commit_interval=int(env.get("COMMIT_INTERVAL_MS", "2000")) / 1000,
     ).start()
+    export_from_environment(env, env.get("OTEL_SERVICE_NAME") or "example-app")
     subscriber = Subscriber(secret, App(worker))
     client = SidecarClient(
         env.get("SIDECAR_URL", "http://127.0.0.1:8080"), env.get("SIDECAR_API_TOKEN")

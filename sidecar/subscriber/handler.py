@@ -23,6 +23,7 @@ from .events import (
     parse_partitions,
 )
 from .signatures import DEFAULT_TOLERANCE, InvalidSignature, secret_key, verify
+from .trace import handling
 
 log = logging.getLogger("sidecar.subscriber")
 
@@ -79,7 +80,8 @@ class Subscriber:
         except InvalidSignature as exc:
             return HTTPStatus.UNAUTHORIZED, {"error": f"bad signature: {exc}"}
         try:
-            return HTTPStatus.OK, self.dispatch(event)
+            with handling(headers, event):
+                return HTTPStatus.OK, self.dispatch(event)
         except (KeyError, TypeError, ValueError) as exc:
             return HTTPStatus.BAD_REQUEST, {"error": f"bad event: {exc}"}
 

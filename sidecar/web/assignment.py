@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sidecar.model import Assignment
-from sidecar.schemas import AssignmentOut
+from sidecar.schemas import AssignmentOut, AssignmentPositionsOut
 from sidecar.web.runtime import Runtime, RuntimeDep
 
 MAX_WAIT_SECONDS = 300.0
@@ -29,18 +30,32 @@ PATH = "/assignment"
 router = APIRouter(tags=["assignment"])
 
 
-@router.get(PATH, response_model=AssignmentOut)
+@router.get(
+    PATH,
+    response_model=AssignmentOut,
+    responses={200: {"model": AssignmentPositionsOut, "description": "With `?offsets=true`"}},
+)
 async def get_assignment(
     runtime: RuntimeDep,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQUENCE)] = None,
     wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False)] = 0,
-) -> dict[str, Any]:
+    offsets: Annotated[bool, Query()] = False,
+) -> Any:
     """This member's assignment. `?after=<sequence>&wait=<s>` long-polls until the
-    sequence passes `after` (or `wait` seconds pass)."""
+    sequence passes `after` (or `wait` seconds pass). `?offsets=true` adds `positions`:
+    each owned partition's committed offset, high watermark and lag, read through an
+    AdminClient and cached for a couple of seconds (`available: false` when Kafka did not
+    answer: never an error)."""
     snapshot = runtime.handoff.snapshot
     if after is not None and wait > 0:
         snapshot = await runtime.handoff.wait_for_change(after, wait)
-    return snapshot.as_dict()
+    if not offsets:
+        return snapshot.as_dict()
+    positions = await runtime.positions.read()
+    body = AssignmentPositionsOut.model_validate(
+        {**snapshot.as_dict(), "positions": positions.as_dict()}
+    )
+    return JSONResponse(body.model_dump(mode="json"))
 
 
 # The route's serialisation: FastAPI validates the handler's dict against the response

@@ -26,7 +26,8 @@ from pydantic import BaseModel, Field
 
 from sidecar.handoff import Handoff
 from sidecar.logs import kafka_logger
-from sidecar.model import Assignment, rfc3339
+from sidecar.model import Assignment, TopicPartition, rfc3339
+from sidecar.positions import PositionsView, read_positions
 from sidecar.schemas import ErrorOut, PartitionOut
 from sidecar.settings import Settings
 
@@ -42,6 +43,9 @@ class GroupSource(Protocol):
 
     @property
     def handoff(self) -> Handoff: ...
+
+    @property
+    def positions(self) -> PositionsView: ...
 
 
 # -- response model ---------------------------------------------------------------------------
@@ -63,12 +67,26 @@ class GroupPartitionOut(BaseModel):
     topic: str
     partition: int
     owner: str | None = Field(description="member_id of the owner; null when unowned")
+    committed: int | None = Field(
+        None, description="The group's committed offset; null: none, or not read"
+    )
+    high_watermark: int | None = Field(None, description="High watermark; null: not read")
+    lag: int | None = Field(
+        None, description="max(high_watermark - committed, 0); null when either is null"
+    )
 
 
 class CoordinatorOut(BaseModel):
     id: int
     host: str
     port: int
+
+
+class RebalancesOut(BaseModel):
+    last_at: float | None = Field(description="Unix time of this member's last rebalance")
+    in_window: int = Field(description="Rebalances within SIDECAR_FLAPPING_WINDOW_MS")
+    window_seconds: float
+    flapping: bool = Field(description="in_window > SIDECAR_FLAPPING_REBALANCES")
 
 
 class GroupOut(BaseModel):
@@ -92,6 +110,14 @@ class GroupOut(BaseModel):
         description="Every partition of the group's topics, with its owner"
     )
     described_at: str
+    positions_available: bool = Field(
+        False, description="Whether committed offsets and high watermarks were read"
+    )
+    positions_error: str | None = Field(None, description="Why not, when they were not")
+    rebalances: RebalancesOut | None = None
+    trace_url_template: str | None = Field(
+        None, description="SIDECAR_TRACE_URL_TEMPLATE: the page links events to traces"
+    )
 
 
 GROUP_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -310,7 +336,7 @@ class GroupView:
                 raise GroupUnavailable("no Kafka configured (SIDECAR_BOOTSTRAP_SERVERS)")
             self._admin = self._admin_factory(
                 {
-                    **_admin_properties(s.kafka),
+                    **admin_properties(s.kafka),
                     "bootstrap.servers": s.bootstrap_servers,
                     "client.id": f"rebalance-sidecar-admin-{s.group_id}",
                     # Reading a topic's metadata must never create it.
@@ -338,6 +364,11 @@ class GroupView:
         body["members"] = [
             {**m, "this_member": m["member_id"] == snapshot.member_id} for m in body["members"]
         ]
+        s = self._source.settings
+        body["rebalances"] = self._source.positions.history.summary(
+            s.flapping_window_ms / 1000, s.flapping_rebalances
+        )
+        body["trace_url_template"] = s.trace_url_template
         return body
 
     def _settled(self, read: asyncio.Future[_Described]) -> None:
@@ -351,7 +382,7 @@ class GroupView:
         admin = self._client()
         body = await loop.run_in_executor(
             None,
-            describe_group,
+            describe_with_positions,
             admin,
             s.group_id,
             s.topics,
@@ -360,6 +391,28 @@ class GroupView:
         )
         body["described_at"] = rfc3339(time.time())
         return _Described(body, time.monotonic())
+
+
+def describe_with_positions(
+    admin: AdminClient,
+    group_id: str,
+    topics: tuple[str, ...],
+    timeout: float,
+    own: Assignment | None = None,
+) -> dict[str, Any]:
+    """``describe_group``, with each partition's committed offset, high watermark and lag
+    (``sidecar.positions``): figures that cannot be read are null, never an error."""
+    body = describe_group(admin, group_id, topics, timeout, own)
+    wanted = [TopicPartition(p["topic"], p["partition"]) for p in body["partitions"]]
+    positions = read_positions(admin, group_id, wanted)
+    found = positions.by_partition()
+    for entry in body["partitions"]:
+        position = found.get((entry["topic"], entry["partition"]))
+        if position is not None:
+            entry.update(position.as_dict())
+    body["positions_available"] = positions.available
+    body["positions_error"] = positions.error
+    return body
 
 
 # Consumer-only properties make an AdminClient (a producer-type handle) log a warning each.
@@ -379,7 +432,7 @@ _CONSUMER_ONLY = (
 )
 
 
-def _admin_properties(kafka: dict[str, str]) -> dict[str, str]:
+def admin_properties(kafka: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in kafka.items() if not k.startswith(_CONSUMER_ONLY)}
 
 

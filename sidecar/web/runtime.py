@@ -11,6 +11,7 @@ from sidecar.feed import Feed
 from sidecar.handoff import Handoff
 from sidecar.journal import Journal
 from sidecar.model import Assignment
+from sidecar.positions import PositionsView
 from sidecar.probes import Probes
 from sidecar.schemas import ErrorOut
 from sidecar.settings import Settings
@@ -45,6 +46,9 @@ class Runtime(Protocol):
 
     @property
     def probes(self) -> Probes: ...
+
+    @property
+    def positions(self) -> PositionsView: ...
 
     @property
     def stopping(self) -> bool: ...

@@ -18,7 +18,7 @@ from tests.support.bench import bench_render
 
 pytestmark = pytest.mark.kafka
 
-SECTIONS = ["latency", "rebalance", "footprint", "http", "journal", "scale"]
+SECTIONS = ["latency", "rebalance", "footprint", "http", "journal", "scale", "tracing"]
 
 
 def test_every_section_runs_with_tiny_sizes(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.bindings import kafka as ce_kafka
 
 from sidecar.subscriptions import new_secret
+from sidecar.tracing import parse_traceparent
 from tests.support.kafka import read_topic, unique
 from tests.support.sidecars import Sidecar, wait_until
 
@@ -78,6 +79,8 @@ def _check_attributes(event: Any, group_id: str) -> str:
     assert event.get_time() is not None
     data = event.get_data()
     assert isinstance(data, dict) and data["group_id"] == group_id
+    # The distributed-tracing extension: a valid W3C traceparent on every event.
+    assert parse_traceparent(event.get_extension("traceparent")) is not None
     return sequence
 
 
@@ -122,6 +125,11 @@ def test_every_webhook_body_and_fleet_record_is_a_valid_cloudevent(
         assert received["content-type"] == "application/cloudevents+json"
         event = ce_http.from_http_event(ce_http.HTTPMessage(headers=received, body=body))
         sequences.append(_check_attributes(event, group_id))
+        # The POST's traceparent is the delivery's span: a child in the event's trace.
+        delivery = parse_traceparent(received["traceparent"])
+        context = parse_traceparent(event.get_extension("traceparent"))
+        assert delivery is not None and context is not None
+        assert delivery.trace_id == context.trace_id and delivery.span_id != context.span_id
     assert sequences == sorted(sequences, key=int)  # delivered in order ...
     assert sorted(sequences) == sorted(sequences, key=int)  # ... and text order is numeric
     assert [int(s) for s in sequences] == [int(e["sequence"]) for e in journaled]

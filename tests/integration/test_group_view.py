@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from sidecar.handoff import Handoff
 from sidecar.model import Assignment, MemberState
+from sidecar.positions import PositionsView
 from sidecar.settings import Settings
 from sidecar.web.group import GroupView
 from tests.support.members import PlainConsumer, plain_consumers
@@ -259,6 +260,7 @@ class Source:
     def __init__(self, settings: Settings, handoff: Handoff) -> None:
         self.settings = settings
         self.handoff = handoff
+        self.positions = PositionsView(settings, lambda: handoff.snapshot)
 
 
 def test_group_view_reads_off_the_loop_and_shares_one_read(

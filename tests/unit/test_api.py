@@ -70,6 +70,7 @@ class InProcess:
         self.journal: Journal = parts.journal
         self.feed: Feed = parts.feed
         self.metrics_registry: CollectorRegistry = parts.metrics_registry
+        self.positions = parts.positions
         self.drained = 0
         self.deadlines: list[float] = []
 

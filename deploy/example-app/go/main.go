@@ -260,6 +260,10 @@ func (l listener) OnRevoked(partitions []subscriber.Partition, info subscriber.E
 			offsets = append(offsets, subscriber.Offset{Topic: tp.Topic, Partition: tp.Partition, Offset: state.position})
 		}
 	})
+	if info.Trace.Valid() { // the handling's place in the sidecar's trace of this rebalance
+		log.Printf("revoked %d partitions, handing back %d offsets (traceparent %s)",
+			len(partitions), len(offsets), info.Trace.Traceparent())
+	}
 	return offsets
 }
 

@@ -161,6 +161,14 @@ function renderGrid() {
     $("group-summary").textContent = group.source === "demo"
       ? `${count} · the demo's simulated peers (the mock cluster cannot describe groups)`
       : `${group.state} · ${group.type} · ${group.partition_assignor || "no assignor"} · ${count}`;
+    const rebalances = group.rebalances;
+    const flapping = $("flapping");
+    if (flapping) flapping.remove();
+    if (rebalances && rebalances.flapping) {
+      $("group-summary").after(el("span", { id: "flapping", class: "flapping",
+        title: "more rebalances than SIDECAR_FLAPPING_REBALANCES within SIDECAR_FLAPPING_WINDOW_MS" },
+      `flapping: ${rebalances.in_window} rebalances in ${Math.round(rebalances.window_seconds / 60)} min`));
+    }
   } else if (state.assignment) {
     partitions = state.assignment.partitions.map((p) => ({ ...p, owner: me }));
     members = me ? [{ member_id: me, client_id: "this sidecar", host: "", group_instance_id: state.assignment.group_instance_id, assignment: state.assignment.partitions, this_member: true }] : [];
@@ -208,6 +216,36 @@ function renderGrid() {
   el("td", {}, m.group_instance_id || "—"),
   el("td", {}, String(m.assignment.length)),
   el("td", {}, el("code", {}, m.member_id)))));
+  renderLag(group ? partitions : [], members);
+}
+
+// The lag of every partition /group read (committed offset, high watermark, lag), with a bar.
+function renderLag(partitions, members) {
+  const table = $("lag");
+  const read = partitions.filter((p) => p.high_watermark !== null && p.high_watermark !== undefined);
+  table.hidden = !read.length;
+  const most = Math.max(1, ...read.map((p) => p.lag || 0));
+  const figure = (value) => (value === null || value === undefined ? "–" : String(value));
+  table.querySelector("tbody").replaceChildren(...read.map((p) => {
+    const owner = members.find((m) => m.member_id === p.owner);
+    const width = p.lag ? Math.max(1, Math.round((160 * p.lag) / most)) : 0;
+    return el("tr", { "data-topic": p.topic, "data-partition": p.partition, "data-lag": figure(p.lag) },
+      el("td", {}, `${p.topic}-${p.partition}`),
+      el("td", {}, owner ? owner.client_id : (p.owner ? p.owner : "no owner")),
+      el("td", { class: "num" }, figure(p.committed)),
+      el("td", { class: "num" }, figure(p.high_watermark)),
+      el("td", { class: "num" }, figure(p.lag)),
+      el("td", {}, el("div", { class: "bar-box" }, el("div", { class: "bar", style: `width:${width}px` }))));
+  }));
+}
+
+// A link to the event's trace when SIDECAR_TRACE_URL_TEMPLATE is set (shown by /group).
+function traceLink(event) {
+  const template = state.group ? state.group.trace_url_template : null;
+  const parts = (event.traceparent || "").split("-");
+  if (!template || parts.length < 4) return null;
+  return el("a", { class: "trace-link", href: template.split("{trace_id}").join(parts[1]),
+    target: "_blank", rel: "noopener" }, "trace");
 }
 
 // -- the timeline -----------------------------------------------------------------------------
@@ -231,13 +269,15 @@ function renderTimeline() {
   const list = $("timeline");
   const items = [];
   let generation = null;
+  const ofGeneration = {};
   for (const event of state.events.slice().reverse()) {
     const data = event.data || {};
     if (generation !== null && data.generation_id !== generation) {
       items.push(el("li", { class: "rebalance", "data-generation": generation },
-        `rebalance → generation ${generation}`));
+        `rebalance → generation ${generation}`, traceLink(ofGeneration[generation] || {})));
     }
     generation = data.generation_id;
+    ofGeneration[generation] = event; // its oldest event: the assignment, in the rebalance's trace
     const kind = SHORT[event.type] || event.type;
     items.push(el("li", {
       class: `event ${kind.split(" ")[0]}`,
@@ -249,7 +289,8 @@ function renderTimeline() {
     el("span", { class: "kind" }, kind),
     el("span", { class: "gen" }, `gen ${data.generation_id}`),
     el("span", { class: "parts" }, describePartitions(data.partitions)),
-    data.reason ? el("span", { class: "reason" }, data.reason) : null));
+    data.reason ? el("span", { class: "reason" }, data.reason) : null,
+    traceLink(event)));
   }
   if (!items.length) items.push(el("li", { class: "muted" }, "No events yet."));
   list.replaceChildren(...items);

@@ -67,6 +67,8 @@ type EventInfo struct {
 	MemberID     string
 	Reason       string
 	Synthesized  bool // made by the kit (sidecar gone, re-sync), not the sidecar
+	// Trace continues the sidecar's trace: this handling is a child of the delivery.
+	Trace TraceContext
 }
 
 // Listener is the application's rebalance listener. Calls come one at a time, in order.
@@ -184,7 +186,7 @@ func (s *Subscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(http.StatusUnauthorized, answer{"error": "bad signature: " + err.Error()})
 		return
 	}
-	result, err := s.Dispatch(payload)
+	result, err := s.DispatchTraced(payload, r.Header.Get("traceparent"))
 	if err != nil {
 		reply(http.StatusBadRequest, answer{"error": "bad event: " + err.Error()})
 		return
@@ -194,6 +196,12 @@ func (s *Subscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Dispatch handles a verified CloudEvent; the answer ({"offsets": [...]} for revoked).
 func (s *Subscriber) Dispatch(payload []byte) (answer, error) {
+	return s.DispatchTraced(payload, "")
+}
+
+// DispatchTraced is Dispatch with the POST's traceparent header: the listener's EventInfo
+// carries the handling's trace context (a child of the delivery attempt's span).
+func (s *Subscriber) DispatchTraced(payload []byte, traceparent string) (answer, error) {
 	var ev event
 	if err := json.Unmarshal(payload, &ev); err != nil {
 		return nil, err
@@ -207,7 +215,8 @@ func (s *Subscriber) Dispatch(payload []byte) (answer, error) {
 		return previous, nil
 	}
 	s.seen++
-	info := EventInfo{ID: ev.ID, Type: ev.Type, Sequence: parseSequence(ev.Sequence), GenerationID: -1}
+	info := EventInfo{ID: ev.ID, Type: ev.Type, Sequence: parseSequence(ev.Sequence), GenerationID: -1,
+		Trace: ParseTraceparent(traceparent)}
 	if ev.Data.GenerationID != nil {
 		info.GenerationID = *ev.Data.GenerationID
 	}

@@ -140,3 +140,55 @@ func TestSidecarGoneDropsEverything(t *testing.T) {
 		t.Fatalf("lost %v, calls %v", lost, r.calls)
 	}
 }
+
+type traceRecorder struct{ traces []TraceContext }
+
+func (r *traceRecorder) OnAssigned(ps []AssignedPartition, info EventInfo) {
+	r.traces = append(r.traces, info.Trace)
+}
+func (r *traceRecorder) OnRevoked(ps []Partition, info EventInfo) []Offset { return nil }
+func (r *traceRecorder) OnLost(ps []Partition, info EventInfo)             {}
+
+func TestTheHandlingContinuesTheDeliverysTrace(t *testing.T) {
+	r := &traceRecorder{}
+	sub, err := New(secret, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delivery = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	p0 := map[string]any{"topic": "orders", "partition": 0, "offset": 1}
+	p1 := map[string]any{"topic": "orders", "partition": 1, "offset": 1}
+	event, _ := json.Marshal(makeEvent("t1", Assigned, 1, []map[string]any{p0}, []map[string]any{p0}))
+	if _, err := sub.DispatchTraced(event, delivery); err != nil {
+		t.Fatal(err)
+	}
+	event, _ = json.Marshal(makeEvent("t2", Assigned, 2, []map[string]any{p1}, []map[string]any{p0, p1}))
+	if _, err := sub.DispatchTraced(event, "00-not-a-traceparent"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.traces) != 2 {
+		t.Fatalf("listener called %d times", len(r.traces))
+	}
+	got := r.traces[0]
+	if got.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || got.ParentSpanID != "00f067aa0ba902b7" ||
+		!got.Sampled || len(got.SpanID) != 16 || got.SpanID == got.ParentSpanID {
+		t.Fatalf("trace %+v", got)
+	}
+	if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-" + got.SpanID + "-01"; got.Traceparent() != want {
+		t.Fatalf("traceparent %s, want %s", got.Traceparent(), want)
+	}
+	if r.traces[1].Valid() || r.traces[1].Traceparent() != "" {
+		t.Fatalf("an invalid header gave %+v", r.traces[1])
+	}
+	for _, bad := range []string{
+		"", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+		delivery + "-extra",
+	} {
+		if ParseTraceparent(bad).Valid() {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
