@@ -51,6 +51,7 @@ from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import EventType, MemberState
+from sidecar.refusals import FatalRetries
 from sidecar.settings import Settings
 from sidecar.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 
@@ -58,7 +59,6 @@ __all__ = ["JOURNAL_FAILED_EXIT", "GroupMember", "JournalFailed", "generation_of
 
 log = structlog.get_logger("sidecar.member")
 
-_FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
 # The poll timeout when commands wake the poll (sidecar.wakeup): how often the loop's own
 # checks run (commit deadlines, session, identity). Under 0.2 s: confluent-kafka splits
@@ -136,6 +136,7 @@ class GroupMember:
         self._closing = False  # close() runs: it may answer commits, none may be sent
         self._session_s = settings.session_timeout_seconds
         self._recreate = False
+        self._retries = FatalRetries(self._session_s, settings.group_instance_id)
         # Subscribed again by an eager enforce (or its restore), not yet stable since.
         self._rejoining = False
         # A command that failed the journal: the fail stop comes once its batch is answered.
@@ -172,12 +173,14 @@ class GroupMember:
                 if self._recreate:
                     self._recreate = False
                     continue
+                retry_s, held = self._retries.after(self._link.fatal, time.monotonic())
+                self._link.error = held or self._link.error
                 self._log.error(
                     "consumer failed fatally; creating a new one",
                     error=self._link.error,
-                    retry_in_s=_FATAL_RETRY_SECONDS,
+                    retry_in_s=retry_s,
                 )
-                deadline = time.monotonic() + _FATAL_RETRY_SECONDS
+                deadline = time.monotonic() + retry_s
                 while time.monotonic() < deadline and not self._leaving.is_set():
                     self._serve_commands()
                     self.last_tick = time.monotonic()
