@@ -3,16 +3,17 @@
 librdkafka has no KIP-568 call (librdkafka#3446): the member makes it rejoin through
 ``subscribe()``. What an enforce does, per protocol (measured, ``docs/kip848.md``):
 
-* **classic, eager** (``range``, ``roundrobin``): subscribe again with an extra topic name
-  that does not exist (a new one each time, replacing the last). librdkafka sees its
-  subscription change: it revokes everything (the eager protocol, as Java's eager
-  ``enforceRebalance()`` does), and rejoins **under the same member id**, without a
-  LeaveGroup (``rd_kafka_cgrp_subscribe`` unsubscribes with "don't leave group" when a new
-  subscription follows). Its JoinGroup carries new metadata, so the coordinator rebalances
-  the whole group (a follower rejoining with unchanged metadata only gets its old
-  assignment back). The member id is kept, so the ``range`` assignor, which orders members
-  by member id, gives everyone the partitions it had (an unsubscribe() and subscribe()
-  left and came back as a new member id, and could reshuffle every partition).
+* **classic, eager** (``range``, ``roundrobin``): ``unsubscribe()`` and ``subscribe()``
+  again: it revokes everything (as Java's eager ``enforceRebalance()`` does), leaves (a
+  LeaveGroup, even for a static member) and rejoins, as a new member id (a static member
+  under its instance id); one rebalance for the group. It cannot keep its member id:
+  librdkafka's JoinGroup metadata lists only the subscribed topics that exist, so a
+  subscription change to a missing topic rejoins under the same member id with unchanged
+  metadata, and the coordinator hands a follower its old assignment back, in the same
+  generation, with no rebalance (measured, ``docs/kip848.md``; only the group leader's
+  rejoin rebalances the group, and the member cannot tell whether it leads). With a new
+  member id, the ``range`` assignor (members ordered by member id) may move partitions;
+  static members are ordered by instance id and keep theirs.
 * **classic, cooperative-sticky**: the same subscription change; the sticky assignor moves
   nothing; one rebalance, no revocation. (A pattern that matches nothing only works once:
   librdkafka's metadata then never looks stale.)
@@ -29,6 +30,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+from confluent_kafka import Consumer, KafkaException
+
 from sidecar.settings import Settings
 
 # KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
@@ -37,22 +40,20 @@ _KIP848_RESTORE_SECONDS = 0.5
 ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
 
-def semantics(settings: Settings) -> str:
-    """One line: what an enforce does under this member's protocol (logged at start)."""
-    if settings.group_protocol == "consumer":
-        return "KIP-848: a new member epoch for every member, no callback, nothing moves"
-    if settings.cooperative:
-        return "cooperative: one rebalance under the same member id, nothing revoked"
-    return "eager: everything revoked, rejoined under the same member id (no LeaveGroup)"
-
-
-def rejoin(consumer: object, settings: Settings, subscribe: Callable[..., None]) -> float:
+def rejoin(consumer: Consumer, settings: Settings, subscribe: Callable[..., None]) -> float:
     """Make librdkafka rejoin (see the module's docstring). Answers when (monotonic) the
     subscription must be restored with ``subscribe()``, or 0.
 
-    A ``KafkaException`` from ``subscribe()`` means nothing changed (librdkafka refused the
-    new subscription before acting on it): the caller is told Kafka refused the enforce.
+    A ``KafkaException`` from the first call means nothing changed: the caller is told Kafka
+    refused the enforce.
     """
+    if not settings.cooperative:
+        consumer.unsubscribe()
+        try:
+            subscribe()
+        except KafkaException:
+            return time.monotonic()  # unsubscribed (the rejoin is under way): resubscribe
+        return 0.0
     name = f"{ENFORCE_PATTERN}{uuid.uuid4().hex}"
     if settings.group_protocol == "consumer":
         subscribe(extra=(f"^{name}$",))

@@ -73,9 +73,13 @@ def test_enforce_on_static_members_rebalances_the_group(
     """A static member's enforce rebalances the group too, and says what it costs.
 
     An eager follower that rejoins with unchanged metadata only gets its old assignment
-    back, so every enforce changes the subscription (``sidecar.enforce``): librdkafka
-    rejoins without a LeaveGroup, under the same member id (KIP-848: the same member
-    id, a new epoch). Every member keeps its member id and its partitions.
+    back, so an eager enforce leaves (a LeaveGroup, even for a static member) and rejoins
+    under its instance id with a new member id; a cooperative one changes its
+    subscription and stays the same member (KIP-848: the same member id, a new epoch).
+    The others keep their member ids, and every member keeps its partitions: the range
+    assignor orders static members by instance id, not by member id (a dynamic member's
+    new member id sorts elsewhere, so an eager enforce can move partitions; see
+    docs/handover.md).
     """
     topic = topic_factory(PARTITIONS)
     sidecars = [
@@ -93,7 +97,10 @@ def test_enforce_on_static_members_rebalances_the_group(
         for sidecar in sidecars:
             if strategy != "kip848":  # KIP-848 member ids are the client's UUIDs
                 assert after[sidecar.name].startswith(f"static-{sidecars.index(sidecar)}-")
-            assert after[sidecar.name] == before[sidecar.name]
+            if sidecar is enforcer and strategy == "range":
+                assert after[sidecar.name] != before[sidecar.name]
+            else:
+                assert after[sidecar.name] == before[sidecar.name]
 
 
 def enforce_once(
@@ -116,10 +123,9 @@ def enforce_once(
     for sidecar in sidecars:
         after = sidecar.assignment()
         assert after["generation_id"] > before[sidecar.name]["generation_id"]
-        # The same member (no LeaveGroup, issue 41): the range assignor, which orders
-        # members by member id, gives everyone what it had.
-        assert after["member_id"] == before[sidecar.name]["member_id"]
-        assert after["partitions"] == before[sidecar.name]["partitions"]
+        if strategy != "range" or sidecar is not enforcer:
+            # Only an eager enforcer leaves and comes back as a new member (sidecar.enforce).
+            assert after["member_id"] == before[sidecar.name]["member_id"]
         since = sidecar.history(before[sidecar.name]["sequence"])
         kinds = [
             e["type"].rsplit(".", 1)[1] for e in since if e["type"] != "kafka.rebalance.requested"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import sqlite3
 import subprocess
 import sys
@@ -189,19 +190,10 @@ class FailingOnRequest(Journal):
 
 
 class UnsubscribeRefused(Consumer):
-    """A consumer that refuses to rejoin: its unsubscribe() and every subscribe() after
-    the first fail, as librdkafka's do after a fatal error."""
-
-    subscribed = False
+    """A consumer whose unsubscribe() fails, as librdkafka's does after a fatal error."""
 
     def unsubscribe(self) -> None:
         raise KafkaException(KafkaError(KafkaError._FATAL, "fenced by a newer instance"))
-
-    def subscribe(self, *args: Any, **kwargs: Any) -> None:
-        if self.subscribed:
-            self.unsubscribe()
-        self.subscribed = True
-        super().subscribe(*args, **kwargs)
 
 
 async def _stable_member(
@@ -379,7 +371,7 @@ def _enforce_and_rejoin(
 
 class SubscribeRefused(Consumer):
     """A consumer whose subscribe() fails ``refusals`` times after the first (the
-    enforces' subscription changes)."""
+    enforce's, after its unsubscribe(), then the member's retries)."""
 
     refusals = 1
     made: list[float]
@@ -396,17 +388,17 @@ class SubscribeRefused(Consumer):
 
 
 @pytest.mark.parametrize("refusals", [1, 3])
-def test_an_enforce_whose_subscribe_is_refused_is_refused_and_a_retry_rejoins(
+def test_an_enforce_whose_resubscribe_fails_is_completed_at_the_next_turn(
     refusals: int,
     topic_factory: Callable[[int], str],
     group_id: str,
     kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
-    """Eager: the enforce's subscribe() (the subscription change that makes librdkafka
-    rejoin, ``sidecar.enforce``) is refused, so nothing changed: the caller is told Kafka
-    refused it (503, retry), no request is journaled, the member runs on, and a retry
-    that Kafka takes starts one rebalance (it does not "join" a refused one)."""
+    """Eager: unsubscribe() went through (the partitions are being revoked), subscribe()
+    did not. The rejoin is under way, so the enforce started; the member subscribes again
+    at its next turn, and once a second while that keeps failing, and ends up in the
+    group, in a higher generation (it stayed unsubscribed for good before)."""
     env = member_settings(kafka_bootstrap, group_id, topic_factory(PARTITIONS), tmp_path)
     consumers: list[SubscribeRefused] = []
 
@@ -416,20 +408,20 @@ def test_an_enforce_whose_subscribe_is_refused_is_refused_and_a_retry_rejoins(
         consumers.append(consumer)
         return consumer
 
-    answers = _member_answering(
-        env, EnforceRebalance("test"), times=refusals + 1, consumer_factory=refusing
+    result, again, alive = _enforce_and_rejoin(
+        env, refusing, settled=lambda: len(consumers[0].made) >= refusals + 2
     )
-    for error in answers.raised[:refusals]:
-        assert isinstance(error, SidecarError), repr(error)
-        assert http_status(error) == 503
-        assert "coordinator went away" in error.message
-    assert answers.raised[refusals] is None, answers.raised
-    assert answers.results[refusals].started
-    assert answers.stops == []
-    [consumer] = consumers  # the same consumer all along: no fail stop, no new session
-    assert len(consumer.made) == refusals + 2  # the first, the refused ones, the retry
-    types = [e.type for e in Journal(tmp_path, durable=False).events_after(0, 100)]
-    assert types.count(EventType.REBALANCE_REQUESTED) == 1
+    assert result.started
+    assert alive
+    assert again is not None, "the member never rejoined"
+    assert len(again.partitions) == PARTITIONS
+    [consumer] = consumers
+    # the first subscribe, the enforce's refused one, the retries, the one that took
+    assert len(consumer.made) == refusals + 2
+    # the first retry is the next turn's; the ones after a failed retry wait a second
+    gaps = [b - a for a, b in itertools.pairwise(consumer.made[2:])]
+    assert len(gaps) == refusals - 1
+    assert all(gap >= 0.9 for gap in gaps), gaps  # not a busy loop
 
 
 class RestoreRefused(Consumer):
