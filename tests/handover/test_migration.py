@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConfigResource, ConsumerGroupType  # type: ignore[attr-defined]
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from bench.handover.members import GO_APP
 from bench.handover.run import run_handover
