@@ -173,14 +173,7 @@ class GroupMember:
                 if self._recreate:
                     self._recreate = False
                     continue
-                retry_s, held = self._retries.after(self._link.fatal, time.monotonic())
-                self._link.error = held or self._link.error
-                self._log.error(
-                    "consumer failed fatally; creating a new one",
-                    error=self._link.error,
-                    retry_in_s=retry_s,
-                )
-                deadline = time.monotonic() + retry_s
+                deadline = time.monotonic() + self._retries.next_consumer(self._link, self._log)
                 while time.monotonic() < deadline and not self._leaving.is_set():
                     self._serve_commands()
                     self.last_tick = time.monotonic()

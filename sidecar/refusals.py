@@ -17,7 +17,12 @@ ordinary pace. Measured in ``docs/kip848.md``.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from confluent_kafka import KafkaError
+
+from sidecar.link import KafkaLink
 
 FATAL_RETRY_SECONDS = 5.0
 UNRELEASED_RETRY_SECONDS = 1.0
@@ -62,3 +67,12 @@ class FatalRetries:
             "sidecar configured with the same instance id? Retrying every "
             f"{FATAL_RETRY_SECONDS:.0f} s"
         )
+
+    def next_consumer(self, link: KafkaLink, log: Any) -> float:
+        """The consumer failed fatally (``link.fatal``): report it, answer the delay."""
+        retry_s, held = self.after(link.fatal, time.monotonic())
+        link.error = held or link.error
+        log.error(
+            "consumer failed fatally; creating a new one", error=link.error, retry_in_s=retry_s
+        )
+        return retry_s
