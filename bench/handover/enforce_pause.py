@@ -64,7 +64,8 @@ def enforce_pauses(
                 strategy=strategy,
             )
             pauses = found.counts.step_pauses
-            moved = len(found.counts.handovers)
+            began = found.steps[0][1] if found.steps else 0.0  # not the start-up's moves
+            moved = sum(1 for h in found.counts.handovers if h.first_new >= began)
             raw[label][name] = {
                 "step_pauses": pauses,
                 "handovers": moved,

@@ -59,6 +59,7 @@ class FleetResult:
     counts: Counts
     footprint: Footprint
     skipped: list[str] = field(default_factory=list)  # churn steps this contender cannot do
+    steps: list[tuple[str, float, float]] = field(default_factory=list)  # (name, began, ended)
 
 
 class Producer_:
@@ -343,7 +344,7 @@ def run_handover(
         done = [w for w in windows if w[0] not in fleet.skipped]
         counts = count(fleet.shared.work / "records", ranges, done)
         results.append(
-            FleetResult(fleet.contender, fleet.shared.group, counts, footprint, fleet.skipped)
+            FleetResult(fleet.contender, fleet.shared.group, counts, footprint, fleet.skipped, done)
         )
     return results
 
