@@ -38,7 +38,8 @@ SECTIONS: dict[str, str] = {
     "handover": "bench.handover.section",
 }
 NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "handover"}
-# Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
+# Run only when asked (--only handover): about 22 minutes (10 of them the enforce pause per
+# protocol), its own report (docs/handover.md).
 OPT_IN = {"handover"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 BROKER_DATA = REPO / ".cache" / "kafka-bench"  # the broker the bench starts itself
@@ -69,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         "14-16 minutes on 2 cores (the 30-member groups and the 1M-event journal are most "
         "of it) and writes docs/benchmarks.md.",
         epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
-        "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "
+        "the reference apps with a Java listener and Dapr under churn, and the enforce pause "
+        "per protocol, about 22 minutes; "
         "--output docs/handover.md). Without --bootstrap, a broker is started "
         "with deploy/local/kafka.sh on --kafka-port (empty at each start, data in "
         ".cache/kafka-bench) and stopped "
