@@ -40,7 +40,8 @@ SECTIONS: dict[str, str] = {
     "image": "bench.image",
 }
 NEEDS_KAFKA = {"latency", "rebalance", "footprint", "http", "scale", "tracing", "handover"}
-# Run only when asked (--only handover): about 12 minutes, its own report (docs/handover.md).
+# Run only when asked (--only handover): about 22 minutes (10 of them the enforce pause per
+# protocol), its own report (docs/handover.md).
 # image: only when asked (--only image): it builds the image when missing (podman).
 OPT_IN = {"handover", "image"}
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
@@ -72,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
         "14-16 minutes on 2 cores (the 30-member groups and the 1M-event journal are most "
         "of it) and writes docs/benchmarks.md.",
         epilog="Sections: " + ", ".join(SECTIONS) + " (handover only with --only: it compares "
-        "the reference apps with a Java listener and Dapr under churn, about 12 minutes; "
+        "the reference apps with a Java listener and Dapr under churn, and the enforce pause "
+        "per protocol, about 22 minutes; "
         "--output docs/handover.md; image only with --only too: the image's size against its "
         "base, building it with scripts/image.sh when missing). Without --bootstrap, a "
         "broker is started "

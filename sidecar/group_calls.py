@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import struct
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
 from sidecar.credentials import observing
+from sidecar.enforce import ENFORCE_PATTERN as ENFORCE_PATTERN  # re-exported
+from sidecar.enforce import rejoin as rejoin  # re-exported
 from sidecar.logs import kafka_logger
 from sidecar.model import OffsetStatus, PartitionOffset
 from sidecar.settings import Settings
@@ -41,10 +42,6 @@ from sidecar.settings import Settings
 _CGMD_MAGIC = b"CGMDv2:"
 # Between two reads of committed offsets that failed, within the bound.
 _COMMITTED_RETRY_SECONDS = 0.25
-# KIP-848 bumps the group epoch when the pattern goes away again, not when it is added.
-_KIP848_RESTORE_SECONDS = 0.5
-# Enforce topic names and patterns match no topic; librdkafka reports them as unavailable.
-ENFORCE_PATTERN = "__rebalance_sidecar_enforce_"
 
 
 def generation_of(cgmd: bytes) -> int:
@@ -201,36 +198,3 @@ def consumer_config(
     if settings.statistics_interval_ms:
         config["stats_cb"] = on_statistics
     return config
-
-
-def rejoin(consumer: Consumer, settings: Settings, subscribe: Callable[..., None]) -> float:
-    """librdkafka has no rejoin call (#3446): make it rejoin through subscribe().
-
-    Answers when (monotonic) the subscription must be restored with ``subscribe()``, or 0.
-
-    A classic coordinator answers a follower's JoinGroup with unchanged metadata with
-    the current assignment, so the member must change what it sends:
-
-    * eager: unsubscribe() and subscribe() again: it revokes everything (as Java's eager
-      enforce does), leaves and rejoins as a new member; one rebalance for the group;
-    * cooperative-sticky: subscribe with an extra topic name that does not exist (a new
-      one each time, replacing the last): librdkafka sees the subscribed topics change
-      and rejoins with new metadata; the sticky assignor moves nothing. (A pattern that
-      matches nothing only works once: librdkafka's metadata then never looks stale.)
-    * KIP-848: add such a pattern and remove it again a moment later: the broker bumps
-      the group epoch and every member's epoch follows, with no callback and nothing
-      moving (seen only through the generation; see ``_KIP848_RESTORE_SECONDS``).
-    """
-    if not settings.cooperative:
-        consumer.unsubscribe()
-        try:
-            subscribe()
-        except KafkaException:
-            return time.monotonic()  # unsubscribed (the rejoin is under way): resubscribe
-        return 0.0
-    name = f"{ENFORCE_PATTERN}{uuid.uuid4().hex}"
-    if settings.group_protocol == "consumer":
-        subscribe(extra=(f"^{name}$",))
-        return time.monotonic() + _KIP848_RESTORE_SECONDS
-    subscribe(extra=(name,))
-    return 0.0

@@ -49,6 +49,7 @@ from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import EventType, MemberState
 from sidecar.session import Session, SessionEvent, SessionState
+from sidecar.refusals import FatalRetries
 from sidecar.settings import Settings
 from sidecar.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 
@@ -65,7 +66,6 @@ _exit_process = exit_process
 
 log = structlog.get_logger("sidecar.member")
 
-_FATAL_RETRY_SECONDS = 5.0
 _IDENTITY_CHECK_SECONDS = 0.5
 # The poll timeout when commands wake the poll (sidecar.wakeup): how often the loop's own
 # checks run (commit deadlines, session, identity). Under 0.2 s: confluent-kafka splits
@@ -139,6 +139,7 @@ class GroupMember:
         self._restore_subscription_at = 0.0
         self._next_contact_probe = 0.0
         self._session_s = settings.session_timeout_seconds
+        self._retries = FatalRetries(self._session_s, settings.group_instance_id)
 
     # -- lifecycle (called from the loop; they touch no Consumer) --------------------------
 
@@ -170,12 +171,7 @@ class GroupMember:
                     break
                 if session.abandoned:
                     continue
-                self._log.error(
-                    "consumer failed fatally; creating a new one",
-                    error=self._link.error,
-                    retry_in_s=_FATAL_RETRY_SECONDS,
-                )
-                deadline = time.monotonic() + _FATAL_RETRY_SECONDS
+                deadline = time.monotonic() + self._retries.next_consumer(self._link, self._log)
                 while time.monotonic() < deadline and not self._leaving.is_set():
                     self._serve_commands()
                     self.last_tick = time.monotonic()

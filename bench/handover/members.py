@@ -36,9 +36,16 @@ DAPR_APP = Path(__file__).resolve().parent / "dapr_app.py"
 PYTHON_APP = REPO / "deploy" / "example-app" / "app.py"
 GO_APP = TOOLS / "handover-go-app"
 
-# One set of protocol bounds for every contender: 6 s session, 0.5 s heartbeats.
+# One set of protocol bounds for every contender: 6 s session, 0.5 s heartbeats (classic).
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_MS = 500
+# Under KIP-848 the broker sets them: deploy/local/server.properties.template's session.
+KIP848_SESSION_TIMEOUT_MS = 10000
+# The Java assignor of each librdkafka strategy name (classic protocol).
+JAVA_ASSIGNORS = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
 COMMIT_INTERVAL_MS = 1000
 FLUSH_USERS = 200
 
@@ -134,6 +141,10 @@ class Member:
     name: str
     incarnation: int = 0
     unsupported: set[str] = field(default_factory=set)  # churn steps this kind cannot do
+    # The group protocol and (classic) assignment strategy of the next start: a rolling
+    # migration changes the protocol and restarts the member.
+    protocol: str = "classic"
+    strategy: str = "range"
 
     @property
     def app_id(self) -> str:
@@ -222,15 +233,12 @@ class SidecarMember(Member):
                 "SIDECAR_BOOTSTRAP_SERVERS": self.shared.bootstrap,
                 "SIDECAR_GROUP_ID": self.shared.group,
                 "SIDECAR_TOPICS": self.shared.topic,
-                "SIDECAR_ASSIGNMENT_STRATEGY": "range",
                 "SIDECAR_API_PORT": str(self.sidecar_port),
                 "SIDECAR_ADMIN_PORT": "-1",
                 "SIDECAR_DATA_DIR": str(self.data_dir),
                 "SIDECAR_REVOKE_TIMEOUT_MS": "10000",
                 "SIDECAR_SHUTDOWN_TIMEOUT_MS": "30000",
                 "SIDECAR_LOG_FORMAT": "json",
-                "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
-                "SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS),
                 "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
                 "SIDECAR_WEBHOOKS": json.dumps(
                     [
@@ -245,6 +253,13 @@ class SidecarMember(Member):
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.protocol == "consumer":
+            env["SIDECAR_GROUP_PROTOCOL"] = "consumer"
+            env["SIDECAR_GROUP_SESSION_TIMEOUT_MS"] = str(KIP848_SESSION_TIMEOUT_MS)
+        else:
+            env["SIDECAR_ASSIGNMENT_STRATEGY"] = self.strategy
+            env["SIDECAR_KAFKA_SESSION_TIMEOUT_MS"] = str(SESSION_TIMEOUT_MS)
+            env["SIDECAR_KAFKA_HEARTBEAT_INTERVAL_MS"] = str(HEARTBEAT_MS)
         return Proc(
             f"{self.name}-sidecar",
             [sys.executable, "-m", "sidecar", "run"],
@@ -348,6 +363,8 @@ class JavaMember(Member):
             **self.app_env(),
             "SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "HEARTBEAT_MS": str(HEARTBEAT_MS),
+            "GROUP_PROTOCOL": self.protocol,
+            "ASSIGNOR": JAVA_ASSIGNORS[self.strategy],
         }
         command = [
             "java",

@@ -34,6 +34,8 @@ from bench.handover.members import (
 
 GRACEFUL = ["enforce", "join", "leave", "restart"]
 CHAOS = ["kill_app", "kill_sidecar"]
+# A rolling migration: each step restarts the next member under the other group protocol.
+MIGRATION = {"to_consumer": "consumer", "to_classic": "classic"}
 CONTENDERS = {
     "python": "rebalance-sidecar + Python app",
     "go": "rebalance-sidecar + Go app",
@@ -57,6 +59,7 @@ class FleetResult:
     counts: Counts
     footprint: Footprint
     skipped: list[str] = field(default_factory=list)  # churn steps this contender cannot do
+    steps: list[tuple[str, float, float]] = field(default_factory=list)  # (name, began, ended)
 
 
 class Producer_:
@@ -129,7 +132,15 @@ def commit_start(bootstrap: str, group: str, topic: str, offsets: dict[int, int]
 
 
 class Fleet:
-    def __init__(self, contender: str, shared: Shared, size: int, work: Path) -> None:
+    def __init__(
+        self,
+        contender: str,
+        shared: Shared,
+        size: int,
+        work: Path,
+        protocol: str = "classic",
+        strategy: str = "range",
+    ) -> None:
         self.contender = contender
         self.shared = shared
         self.members: list[Member] = []
@@ -146,8 +157,10 @@ class Fleet:
                 member = DaprMember(shared, name)
             else:
                 raise ValueError(f"unknown contender {contender}")
+            member.protocol, member.strategy = protocol, strategy
             self.members.append(member)
         self.size = size
+        self.migrated = 0  # migration steps done: the next one restarts the next member
         self.skipped: list[str] = []
         self.live: list[Member] = []
 
@@ -158,6 +171,15 @@ class Fleet:
 
     def step(self, name: str) -> None:
         """One churn step; members are chosen by position so every fleet does the same."""
+        if name in MIGRATION:
+            member = self.live[self.migrated % len(self.live)]
+            self.migrated += 1
+            if "restart" in member.unsupported:
+                self.skipped.append(name)
+                return
+            member.protocol = MIGRATION[name]
+            member.restart()
+            return
         if name == "join":
             joining = self.members[self.size]
             joining.start()
@@ -252,11 +274,15 @@ def run_handover(
     footprint_seconds: float = 5.0,
     say: Callable[[str], None] = print,
     producer: Producer_ | None = None,
+    protocol: str = "classic",
+    strategy: str = "range",
+    after_step: Callable[[str, list[str]], None] | None = None,
 ) -> list[FleetResult]:
     """Run the contenders' fleets side by side under the same churn; count each.
 
     Without ``producer``, a topic and a producer of its own; with one (already started),
-    its topic, from its current end, and the producer is left running.
+    its topic, from its current end, and the producer is left running. ``protocol`` and
+    ``strategy``: every member's group protocol and (classic) assignment strategy at start.
     """
     stamp = f"{int(time.time())}-{random.randrange(1 << 16):04x}"
     own = producer is None
@@ -275,7 +301,7 @@ def run_handover(
             commit_start(bootstrap, group, topic, start)
             starts[contender] = start
             shared = Shared(bootstrap, group, topic, work / f"{contender}-{stamp}")
-            fleets.append(Fleet(contender, shared, members, work))
+            fleets.append(Fleet(contender, shared, members, work, protocol, strategy))
         say(
             f"  topic {topic}: {partitions} partitions, {producer.rate:.0f} records/s; "
             f"fleets of {members}"
@@ -295,6 +321,8 @@ def run_handover(
                 say(f"  step {name}")
                 list(pool.map(partial(Fleet.step, name=name), fleets))
                 time.sleep(step_seconds)
+                if after_step is not None:  # a test's look at the groups (their names)
+                    after_step(name, [fleet.shared.group for fleet in fleets])
                 windows.append((name, began, time.time()))
         if own:
             producer.stop()
@@ -316,7 +344,7 @@ def run_handover(
         done = [w for w in windows if w[0] not in fleet.skipped]
         counts = count(fleet.shared.work / "records", ranges, done)
         results.append(
-            FleetResult(fleet.contender, fleet.shared.group, counts, footprint, fleet.skipped)
+            FleetResult(fleet.contender, fleet.shared.group, counts, footprint, fleet.skipped, done)
         )
     return results
 

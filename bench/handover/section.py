@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.common import REPO, Context, SectionResult, Table, Target, percentile
+from bench.handover.enforce_pause import enforce_pauses
 from bench.handover.members import COMMIT_INTERVAL_MS, GO_APP, TOOLS
 from bench.handover.run import (
     CHAOS,
@@ -147,6 +148,15 @@ def run(ctx: Context) -> SectionResult:
         )
     )
     _targets(result, phases, contenders)
+    if not quick:  # the enforce pause per protocol, beside Java's (issue 41)
+        producer = Producer_(ctx.bootstrap, topic, RATE).start()
+        try:
+            table, enforce_raw = enforce_pauses(
+                ctx, contenders, producer, work, members, step_seconds, PARTITIONS
+            )
+        finally:
+            producer.stop()
+        result.tables.append(table)
     result.raw = {
         phase: {
             name: {
@@ -166,6 +176,8 @@ def run(ctx: Context) -> SectionResult:
         }
         for phase, by_name in phases.items()
     }
+    if not quick:
+        result.raw["enforce_pause"] = enforce_raw
     result.notes.append(
         "Gaps and duplicates count effects in the store: a record processed by an app that was "
         "killed before it flushed is not counted (its work was redone by the next owner)."

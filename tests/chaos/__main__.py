@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workdir", type=Path, default=None, help="data dirs and logs (default: a temp dir)"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument(
+        "--stops-in-pauses",
+        action="store_true",
+        help="also stop members (SIGTERM) while the broker is paused, half the pauses",
+    )
     args = parser.parse_args(argv)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rebalance-chaos-"))
@@ -66,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         protocol=args.protocol,
         partitions=args.partitions,
         revoke_timeout_ms=args.revoke_timeout_ms,
+        stops_in_pauses=args.stops_in_pauses,
         port=args.port,
     )
     started = time.monotonic()

@@ -55,6 +55,7 @@ class ChaosConfig:
     partitions: int = 12
     revoke_timeout_ms: int = 3000
     port: int | None = None  # broker port (and port+1 for its controller); None: any free
+    stops_in_pauses: bool = False  # also stop members while the broker is paused (plan)
 
     def __post_init__(self) -> None:
         if not 2 <= self.members <= 8:
@@ -170,7 +171,9 @@ class ChaosRun:
                 self.progress(f"{member.name}: {member.start()}")
             self._wait_covered(90, "initial group")
             monitor.start()
-            self._play(plan(c.seed, c.members, c.faults, c.seconds))
+            self._play(
+                plan(c.seed, c.members, c.faults, c.seconds, stops_in_pauses=c.stops_in_pauses)
+            )
             self._settle()
             run_ended = time.time()
         except Exception as exc:

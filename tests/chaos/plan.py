@@ -101,11 +101,17 @@ class _World:
         ]
 
 
-def plan(seed: int, members: int, faults: int, seconds: float) -> list[Step]:
+def plan(
+    seed: int, members: int, faults: int, seconds: float, *, stops_in_pauses: bool = False
+) -> list[Step]:
     """``faults`` faults spread over ``seconds``, each undone by a later step.
 
     The first faults are a shuffled round of every kind, so even a short run exercises
-    all of them; the rest are drawn by weight.
+    all of them; the rest are drawn by weight. ``stops_in_pauses``: half the broker pauses
+    also stop a member (SIGTERM) while the broker is paused, and start it again after the
+    pause (a pod restarted while the coordinator is silent: its leave never arrives, and
+    a KIP-848 static member's instance id stays held until its session expires). Off,
+    the plan of a seed is the one it always was.
     """
     if members < 2:
         raise ValueError("the chaos run needs at least two members")
@@ -119,7 +125,20 @@ def plan(seed: int, members: int, faults: int, seconds: float) -> list[Step]:
         t = round(index * gap + rng.uniform(0.0, gap * 0.6), 2)
         kind = _choose(rng, world, t, first_round)
         steps.extend(_fault(rng, world, t, kind))
+        if stops_in_pauses and kind is Kind.BROKER_PAUSE:
+            steps.extend(_stop_in_pause(rng, world, steps[-2], steps[-1]))
     return sorted(steps)
+
+
+def _stop_in_pause(rng: random.Random, world: _World, pause: Step, resume: Step) -> list[Step]:
+    """Maybe stop a member while the broker is paused, and start it after the pause."""
+    stop = round(pause.at + 0.3 * (resume.at - pause.at), 2)
+    if len(world.up(stop)) < 2 or rng.random() < 0.5:
+        return []
+    member = rng.choice(world.up(stop))
+    back = round(resume.at + rng.uniform(0.5, 3.0), 2)
+    world.member_back[member] = back + 3.0
+    return [Step(stop, Kind.TERM, f"m{member}"), Step(back, Kind.START, f"m{member}")]
 
 
 def _feasible(world: _World, t: float, kind: Kind) -> bool:

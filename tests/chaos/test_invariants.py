@@ -44,6 +44,29 @@ def test_the_plan_is_a_function_of_the_seed_and_undoes_every_fault() -> None:
             down.discard(step.target)
 
 
+def test_a_plan_with_stops_in_pauses_stops_members_inside_pauses_and_starts_them_again() -> None:
+    steps = plan(5, 4, 200, 1200, stops_in_pauses=True)
+    pauses = [
+        (pause.at, resume.at)
+        for pause, resume in zip(
+            [s for s in steps if s.kind is Kind.BROKER_PAUSE],
+            [s for s in steps if s.kind is Kind.BROKER_RESUME],
+            strict=True,
+        )
+    ]
+    inside = [s for s in steps if s.kind is Kind.TERM and any(a < s.at < b for a, b in pauses)]
+    assert inside, "no member stopped during a broker pause"
+    kinds = Counter(s.kind for s in steps)
+    assert kinds[Kind.START] == kinds[Kind.KILL] + kinds[Kind.TERM]
+    down: set[str] = set()
+    for step in steps:  # never stops a member that is already down
+        if step.kind in (Kind.KILL, Kind.TERM):
+            assert step.target not in down
+            down.add(step.target)
+        elif step.kind is Kind.START:
+            down.discard(step.target)
+
+
 def event(
     sequence: int, kind: str, assignment: list[int], partitions: list[int], generation: int = -1
 ) -> Event:

@@ -123,6 +123,9 @@ def enforce_once(
     for sidecar in sidecars:
         after = sidecar.assignment()
         assert after["generation_id"] > before[sidecar.name]["generation_id"]
+        if strategy != "range" or sidecar is not enforcer:
+            # Only an eager enforcer leaves and comes back as a new member (sidecar.enforce).
+            assert after["member_id"] == before[sidecar.name]["member_id"]
         since = sidecar.history(before[sidecar.name]["sequence"])
         kinds = [
             e["type"].rsplit(".", 1)[1] for e in since if e["type"] != "kafka.rebalance.requested"

@@ -173,10 +173,15 @@ public final class ListenerApp {
         props.put(ConsumerConfig.GROUP_ID_CONFIG, env.get("GROUP_ID"));
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
-            "org.apache.kafka.clients.consumer.RangeAssignor");
-        props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, env.getOrDefault("SESSION_TIMEOUT_MS", "6000"));
-        props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, env.getOrDefault("HEARTBEAT_MS", "500"));
+        if (env.getOrDefault("GROUP_PROTOCOL", "classic").equals("consumer")) {
+            // KIP-848: the broker assigns and sets the session and heartbeat.
+            props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        } else {
+            props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
+                env.getOrDefault("ASSIGNOR", "org.apache.kafka.clients.consumer.RangeAssignor"));
+            props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, env.getOrDefault("SESSION_TIMEOUT_MS", "6000"));
+            props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, env.getOrDefault("HEARTBEAT_MS", "500"));
+        }
         props.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
         props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "50");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
