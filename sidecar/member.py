@@ -48,8 +48,8 @@ from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import EventType, MemberState
-from sidecar.session import Session, SessionEvent, SessionState
 from sidecar.refusals import FatalRetries
+from sidecar.session import Session, SessionEvent, SessionState
 from sidecar.settings import Settings
 from sidecar.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 

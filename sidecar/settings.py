@@ -38,12 +38,12 @@ from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.loopback import is_loopback
+from sidecar.settings_observe import ObservabilitySettings
 from sidecar.settings_values import EVENT_TYPES as EVENT_TYPES
 from sidecar.settings_values import WebhookSpec as WebhookSpec
 from sidecar.settings_values import is_ipv6 as _is_ipv6
 from sidecar.settings_values import is_text as _is_text
 from sidecar.settings_values import librdkafka_text as _librdkafka_text
-from sidecar.settings_observe import ObservabilitySettings
 
 CONFIG_FILE_ENV, ENV_FILE_ENV = "SIDECAR_CONFIG_FILE", "SIDECAR_ENV_FILE"
 

@@ -77,7 +77,7 @@ def test_confluent_kafka_handle_starts_with_the_rd_kafka_pointer() -> None:
 
     from sidecar import wakeup
 
-    assert wakeup._RK_OFFSET == object.__basicsize__
+    assert object.__basicsize__ == wakeup._RK_OFFSET
     assert confluent_kafka.Consumer.__basicsize__ >= wakeup._RK_OFFSET + 8
     version, _ = confluent_kafka.libversion()
     assert version.startswith("2."), "the Handle layout is that of confluent-kafka 2.x"
