@@ -124,6 +124,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "demo":
             return _demo(args)
         if args.command == "settings":
+            if (args.config or args.env_file) and not args.effective:
+                parser.error("settings: --config and --env-file go with --effective")
             if args.effective:
                 from sidecar.effective_settings import print_effective
 

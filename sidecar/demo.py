@@ -78,6 +78,7 @@ class Peer(threading.Thread):
                 "partition.assignment.strategy": STRATEGY,
                 "enable.auto.commit": False,
                 "client.id": self.name,
+                "log_level": 3,  # a peer's disconnects at the demo's end are no news
             }
         )
         consumer.subscribe(
@@ -138,11 +139,11 @@ class Choreography(threading.Thread):
 def start_mock_cluster() -> tuple[Producer, str]:
     """A mock cluster lives as long as the client that created it: keep the producer."""
     host = Producer({"test.mock.num.brokers": 1, "bootstrap.servers": "", "log_level": 3})
-    metadata = host.list_topics(timeout=10)
+    metadata = host.list_topics(timeout=60)  # in-process, but a loaded machine is slow
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     for topic in TOPICS:  # the mock cluster creates topics on first use (4 partitions)
         host.produce(topic, b"hello")
-    host.flush(10)
+    host.flush(60)
     return host, bootstrap
 
 

@@ -153,3 +153,8 @@ def test_settings_effective_shows_sources_and_redacts_secrets(tmp_path: Path) ->
     assert rows["SIDECAR_API_TOKEN"] == ("[redacted]", "environment")
     assert rows["SIDECAR_KAFKA_SASL_PASSWORD (sasl.password)"] == ("[redacted]", f"file {config}")
     assert "secret" not in done.stdout.replace("[redacted]", "")
+
+
+def test_settings_takes_files_only_with_effective(tmp_path: Path) -> None:
+    line = _one_line_refusal(_cli(["settings", "--config", "x.yaml"], clean_env(), cwd=tmp_path))
+    assert "--config and --env-file go with --effective" in line
