@@ -57,24 +57,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels/app .
 
 FROM ${PYTHON_IMAGE}
 
-# Declared again to reach the label below (an ARG before FROM is only seen by FROM).
-ARG PYTHON_IMAGE
 ARG UID=10001
 ARG GID=10001
-# Set by scripts/release.sh (or --build-arg) for the OCI labels.
-ARG VERSION=0.1.0
-ARG REVISION=unknown
-ARG CREATED=unknown
-
-LABEL org.opencontainers.image.title="rebalance-sidecar" \
-      org.opencontainers.image.description="Kafka consumer-group rebalances as signed, durable, ordered webhooks for any application" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/rebalance-sidecar/rebalance-sidecar" \
-      org.opencontainers.image.documentation="https://github.com/rebalance-sidecar/rebalance-sidecar/blob/main/docs/kubernetes.md" \
-      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -89,7 +73,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN if command -v python3 >/dev/null; then python=""; else python="python3"; fi \
     && apt-get update \
     && apt-get install -y --no-install-recommends dumb-init ${python} \
-    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
     && groupadd --system --gid "${GID}" sidecar \
     && useradd --system --uid "${UID}" --gid "${GID}" --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin sidecar \
@@ -124,3 +108,21 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # handler). docs/container.md has the details.
 ENTRYPOINT ["dumb-init", "--", "rebalance-sidecar"]
 CMD ["run"]
+
+# Declared again to reach the label below (an ARG before FROM is only seen by FROM).
+ARG PYTHON_IMAGE
+# Set by scripts/release.sh (or --build-arg) for the OCI labels; last, so that a new
+# revision changes no layer.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+
+LABEL org.opencontainers.image.title="rebalance-sidecar" \
+      org.opencontainers.image.description="Kafka consumer-group rebalances as signed, durable, ordered webhooks for any application" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/rebalance-sidecar/rebalance-sidecar" \
+      org.opencontainers.image.documentation="https://github.com/rebalance-sidecar/rebalance-sidecar/blob/main/docs/kubernetes.md" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
