@@ -227,7 +227,7 @@ main() {
       printf 'export CONTAINERS_CONF=%q\n' "$CONTAINERS_CONF"
       ;;
     clean) cmd_clean ;;
-    *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 }
 
