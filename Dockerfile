@@ -41,12 +41,14 @@ WORKDIR /src
 COPY pyproject.toml constraints.txt ./
 
 # Every runtime dependency as a wheel, at the pinned versions, from the
-# dependency list in pyproject.toml alone. Binary wheels are preferred so that
-# no compiler is needed here either.
+# dependency list in pyproject.toml alone, installed into the virtualenv that the
+# final stage copies. Binary wheels are preferred so that no compiler is needed
+# here either.
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         >requirements.txt \
     && pip wheel --no-cache-dir --prefer-binary --constraint constraints.txt \
-        --requirement requirements.txt --wheel-dir /wheels/deps
+        --requirement requirements.txt --wheel-dir /wheels/deps \
+    && pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl
 
 # Then the project itself (LICENSE goes into the wheel's metadata).
 COPY README.md LICENSE ./
@@ -55,24 +57,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels/app .
 
 FROM ${PYTHON_IMAGE}
 
-# Declared again to reach the label below (an ARG before FROM is only seen by FROM).
-ARG PYTHON_IMAGE
 ARG UID=10001
 ARG GID=10001
-# Set by scripts/release.sh (or --build-arg) for the OCI labels.
-ARG VERSION=0.1.0
-ARG REVISION=unknown
-ARG CREATED=unknown
-
-LABEL org.opencontainers.image.title="rebalance-sidecar" \
-      org.opencontainers.image.description="Kafka consumer-group rebalances as signed, durable, ordered webhooks for any application" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/rebalance-sidecar/rebalance-sidecar" \
-      org.opencontainers.image.documentation="https://github.com/rebalance-sidecar/rebalance-sidecar/blob/main/docs/kubernetes.md" \
-      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -84,24 +70,23 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Python. A fixed numeric uid/gid so that Kubernetes `runAsNonRoot` can verify it and
 # volume ownership (fsGroup) is predictable.
 # hadolint ignore=DL3008
-RUN if command -v python3 >/dev/null; then python=""; else python="python3 python3-venv"; fi \
+RUN if command -v python3 >/dev/null; then python=""; else python="python3"; fi \
     && apt-get update \
     && apt-get install -y --no-install-recommends dumb-init ${python} \
-    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
-    && python3 -m venv /opt/venv \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
     && groupadd --system --gid "${GID}" sidecar \
     && useradd --system --uid "${UID}" --gid "${GID}" --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin sidecar \
     && mkdir -p /var/lib/rebalance-sidecar \
     && chown "${UID}:${GID}" /var/lib/rebalance-sidecar
 
-# Install exactly the wheels from the builder, offline, without dependency
-# resolution (the set is already complete and pinned), then check consistency.
-# Dependencies first: this layer stays cached while only the source changes.
-RUN --mount=type=bind,from=builder,source=/wheels/deps,target=/wheels \
-    pip install --no-cache-dir --no-index --no-deps /wheels/*.whl
-RUN --mount=type=bind,from=builder,source=/wheels/app,target=/wheels \
-    pip install --no-cache-dir --no-index --no-deps /wheels/*.whl \
+# The dependencies' virtualenv from the builder (exactly the pinned wheels, installed
+# offline without resolution), then the project's own wheel: this first layer stays
+# cached while only the source changes. (COPY, not a RUN --mount from the builder:
+# podman 4.3's buildah cannot mount a stage it took whole from its cache.)
+COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /wheels/app /opt/wheels
+RUN pip install --no-cache-dir --no-index --no-deps /opt/wheels/*.whl \
     && pip check
 
 WORKDIR /var/lib/rebalance-sidecar
@@ -123,3 +108,21 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 # handler). docs/container.md has the details.
 ENTRYPOINT ["dumb-init", "--", "rebalance-sidecar"]
 CMD ["run"]
+
+# Declared again to reach the label below (an ARG before FROM is only seen by FROM).
+ARG PYTHON_IMAGE
+# Set by scripts/release.sh (or --build-arg) for the OCI labels; last, so that a new
+# revision changes no layer.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+
+LABEL org.opencontainers.image.title="rebalance-sidecar" \
+      org.opencontainers.image.description="Kafka consumer-group rebalances as signed, durable, ordered webhooks for any application" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/rebalance-sidecar/rebalance-sidecar" \
+      org.opencontainers.image.documentation="https://github.com/rebalance-sidecar/rebalance-sidecar/blob/main/docs/kubernetes.md" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"

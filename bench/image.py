@@ -81,13 +81,15 @@ def run(ctx: Context) -> SectionResult:
 
     layers = Table(["layer (created by)", "size"], caption="The build's layers, newest first.")
     history = json.loads(_podman("history", "--format", "json", IMAGE))
-    base_layers = {
-        str(h.get("id")) for h in json.loads(_podman("history", "--format", "json", base_name))
-    }
-    for entry in history:
-        if str(entry.get("id")) in base_layers or not entry.get("size"):
+    # Newest first: the base's own entries are the last ones.
+    ours = history[
+        : len(history) - len(json.loads(_podman("history", "--format", "json", base_name)))
+    ]
+    for entry in ours:
+        if not entry.get("size"):
             continue
         created_by = " ".join(str(entry.get("CreatedBy") or entry.get("createdBy") or "").split())
+        created_by = created_by.removeprefix("/bin/sh -c ").removeprefix("#(nop) ")
         layers.rows.append([created_by[:90], _mb(int(entry["size"]))])
         ctx.say(f"    {_mb(int(entry['size'])):>10}  {created_by[:90]}")
     if layers.rows:

@@ -6,9 +6,9 @@
 #                            the rootfs tarball is cached under .cache/image, so a second run
 #                            only imports it (and does nothing when the image is present)
 #   scripts/image.sh build   rebalance-sidecar:dev from the Dockerfile. IMAGE_BASE picks the base:
-#                            "local" (default where no registry answers: the image above, made
-#                            when missing), "official" (the Dockerfile's python:*-slim), or any
-#                            image reference
+#                            "local" (the default, as no registry answers here: the image
+#                            above, made when missing), "official" (the Dockerfile's own
+#                            python:*-slim, where a registry is reachable), or any image
 #   scripts/image.sh test    the container checks (tests/container), after `build`
 #   scripts/image.sh env     the environment the commands run podman with (eval-able)
 #   scripts/image.sh size    the sizes of the image and of its base, in bytes
@@ -20,8 +20,9 @@
 # default ulimits (the runtime may not raise RLIMIT_NOFILE/NPROC here).
 #
 # Builds run with --network host, the host's CA bundle ($SSL_CERT_FILE) mounted over the
-# image's, and pip's index and proxy settings from the host passed as build arguments, so that
-# apt and pip in the build reach what the host reaches.
+# image's and a pip.conf made from the host's (its PIP_INDEX_URL & co. over /etc/pip.conf)
+# mounted at /etc/pip.conf, in every RUN and never in the image; podman passes the host's
+# proxy variables itself. apt and pip in the build reach what the host reaches.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -226,7 +227,7 @@ main() {
       printf 'export CONTAINERS_CONF=%q\n' "$CONTAINERS_CONF"
       ;;
     clean) cmd_clean ;;
-    *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 }
 

@@ -1633,8 +1633,10 @@ def test_image_carries_oci_labels_and_caches_dependencies_apart_from_the_source(
     builder = re.split(r"(?im)^FROM\s", text)[1]
     # The dependency wheels are built before the source is copied in.
     assert builder.index("--wheel-dir /wheels/deps") < builder.index("COPY sidecar")
+    assert builder.index("/wheels/deps/*.whl") < builder.index("COPY sidecar")
+    # The final stage takes the dependencies' virtualenv first, the project's wheel after.
     final = re.split(r"(?im)^FROM\s", text)[-1]
-    assert final.index("source=/wheels/deps") < final.index("source=/wheels/app")
+    assert final.index("COPY --from=builder /opt/venv") < final.index("--from=builder /wheels/app")
     assert (REPO / ".dockerignore").read_text().count("!LICENSE") == 1
 
 
