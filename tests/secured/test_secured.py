@@ -126,13 +126,18 @@ def test_oauthbearer_oidc_client_credentials_with_the_secret_from_a_file(
     """librdkafka fetches a token from the local issuer; the broker validates it with
     Kafka's OAuthBearerValidatorCallbackHandler against the issuer's JWKS."""
     issued = secured_broker.issuer.tokens_issued
-    env = {**secured_broker.oauthbearer(), "SIDECAR_LOG_LEVEL": "debug"}
+    env = {
+        **secured_broker.oauthbearer(),
+        "SIDECAR_LOG_LEVEL": "debug",
+        "SIDECAR_KAFKA_DEBUG": "security,broker,protocol",  # librdkafka's token requests
+    }
     sidecar = secured_sidecar(unique("oauth"), secured_broker.topic(), env)
     assert sidecar.wait_stable()["partitions"]
     assert secured_broker.issuer.tokens_issued > issued
     shown = outputs(sidecar)
     sidecar.stop()
     shown["log"] = sidecar.log_path.read_text()
+    assert "OAUTHBEARER" in shown["log"]
     assert_never_shown(shown, [CLIENT_SECRET])
 
 
