@@ -13,7 +13,8 @@ What each probe means, and why (docs/probes.md says the same for operators):
   stop this process (in Kubernetes the app container's ``preStop`` drains the sidecar also
   when only the app container restarts), and a restart is the way back into the group.
 * **startup** (``/startupz``): the journal is open and the API serves. Never depends on
-  Kafka, so a broker that is down at deploy time does not get the pod killed in a loop.
+  Kafka being up, so a broker that is down at deploy time does not get the pod killed in a
+  loop; but fails while Kafka refuses the credentials (``sidecar.credentials``).
 * **readiness** (``/readyz``): started, and joined the group once since start (or
   ``ready_without_group``); from then on it stays ready through rebalances and broker
   outages, because with native sidecars the pod's Ready condition includes it: a
