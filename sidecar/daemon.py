@@ -124,9 +124,7 @@ class Sidecar:
 
     @property
     def lifecycle(self) -> Lifecycle:
-        """The phase: ``DRAINING`` while a drain call runs on a running sidecar (not
-        ready: the pod is going), then ``DRAINED`` once the member left, or ``RUNNING``
-        again if the drain was withdrawn before it ran (it never left ``RUNNING``)."""
+        """``DRAINING`` while a drain call runs on a running sidecar (not ready)."""
         if self._drains and self._lifecycle is Lifecycle.RUNNING:
             return Lifecycle.DRAINING
         return self._lifecycle

@@ -340,10 +340,9 @@ class Settings(BaseSettings, ObservabilitySettings):
         default=10_000,
         ge=100,
         le=25_000,
-        description="Bound of `POST /commit`'s wait for Kafka's answer, from the request: "
-        "past it, a `503` says the outcome is unknown. Inside a rebalance callback (offsets "
-        "handed back on `revoked`, a commit during the barrier) it bounds each commit, and "
-        "the callback holds the group at most the revoke timeout plus this.",
+        description="Bound of a commit's wait for Kafka's answer: past it, the outcome is "
+        "unknown (`POST /commit`: a `503`). A revoke callback holds the group at most the "
+        "revoke timeout plus this, its commits included.",
     )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="`auto`: console on a terminal, JSON otherwise."
