@@ -46,7 +46,10 @@ def test_lag_reads_during_a_broker_pause_leak_no_exception(
         token="t",
         # The member keeps its partitions through the pause, so the reads of its own
         # positions (and the scrape's refreshes, which nobody awaits) meet the timeouts.
-        extra_env={"SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "300000"},
+        extra_env={
+            "SIDECAR_KAFKA_SESSION_TIMEOUT_MS": "180000",
+            "SIDECAR_KAFKA_MAX_POLL_INTERVAL_MS": "300000",
+        },
     ).start()
     try:
         sidecar.wait_stable()
