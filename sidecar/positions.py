@@ -165,10 +165,29 @@ def read_positions(
     return Positions(tuple(rows), error is None, error, now)
 
 
+# Consumer-only properties make an AdminClient (a producer-type handle) log a warning each.
+_CONSUMER_ONLY = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "group.",
+    "partition.assignment.strategy",
+    "auto.offset.reset",
+    "enable.auto.",
+    "auto.commit.",
+    "fetch.",
+    "queued.",
+    "isolation.level",
+    "check.crcs",
+)
+
+
+def admin_properties(kafka: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in kafka.items() if not k.startswith(_CONSUMER_ONLY)}
+
+
 def admin_client(settings: Settings, purpose: str) -> AdminClient:
     """An AdminClient with the member's connection settings (consumer-only ones left out)."""
-    from sidecar.web.group import admin_properties  # the one list of consumer-only properties
-
     config: dict[str, str | int | float | bool] = {
         **admin_properties(settings.kafka),
         "bootstrap.servers": settings.bootstrap_servers or "",

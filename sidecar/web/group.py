@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from sidecar.handoff import Handoff
 from sidecar.logs import kafka_logger
 from sidecar.model import Assignment, TopicPartition, rfc3339
-from sidecar.positions import PositionsView, read_positions
+from sidecar.positions import PositionsView, admin_properties, read_positions
 from sidecar.schemas import ErrorOut, PartitionOut
 from sidecar.settings import Settings
 
@@ -413,27 +413,6 @@ def describe_with_positions(
     body["positions_available"] = positions.available
     body["positions_error"] = positions.error
     return body
-
-
-# Consumer-only properties make an AdminClient (a producer-type handle) log a warning each.
-_CONSUMER_ONLY = (
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "max.poll.interval.ms",
-    "group.",
-    "partition.assignment.strategy",
-    "auto.offset.reset",
-    "enable.auto.",
-    "auto.commit.",
-    "fetch.",
-    "queued.",
-    "isolation.level",
-    "check.crcs",
-)
-
-
-def admin_properties(kafka: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in kafka.items() if not k.startswith(_CONSUMER_ONLY)}
 
 
 def group_router(source: GroupSource) -> APIRouter:

@@ -99,6 +99,9 @@ def test_lag_is_what_kafka_consumer_groups_says(
 
     wait_until(lambda: set(scraped()) == set(mine), 60, "a lag series per owned partition")
     assert scraped() == {tp: float(ours[tp] or 0) for tp in mine}
+    rebalances = sidecar.client.get("/group").json()["rebalances"]
+    assert rebalances["in_window"] >= 1 and rebalances["window_seconds"] == 600
+    assert rebalances["flapping"] is False  # at most a few rebalances: not more than 5
     text = sidecar.client.get("/metrics").text
     assert f'rebalance_sidecar_rebalances_last_hour{{group="{group_id}"}}' in text
     assert f'rebalance_sidecar_seconds_since_last_rebalance{{group="{group_id}"}}' in text
