@@ -15,7 +15,7 @@ import ast
 import re
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import packages_distributions
@@ -113,8 +113,13 @@ def declared() -> dict[str, set[str]]:
     return groups
 
 
+@cache
+def installed() -> Mapping[str, list[str]]:
+    return packages_distributions()  # reads every installed distribution's RECORD: once
+
+
 def distributions(top: str) -> set[str]:
-    dists = packages_distributions().get(top)
+    dists = installed().get(top)
     assert dists, f"{top!r} is imported but no installed distribution provides it"
     return {normalized(d) for d in dists}
 
