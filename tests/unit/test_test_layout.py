@@ -17,7 +17,7 @@ TIERS = ("unit", "cli", "component", "integration")
 
 def is_test_module(dotted: str) -> bool:
     last = dotted.rpartition(".")[2]
-    return dotted.startswith("tests.") and last.startswith("test_")
+    return dotted.startswith("tests.") and (last.startswith("test_") or last == "conftest")
 
 
 def imported_modules(source: str, path: Path) -> set[str]:
@@ -39,7 +39,7 @@ def imported_modules(source: str, path: Path) -> set[str]:
     return found
 
 
-def test_no_test_module_imports_another_test_module() -> None:
+def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
     offenders = {
         str(path.relative_to(TESTS)): sorted(
             m for m in imported_modules(path.read_text(), path) if is_test_module(m)
