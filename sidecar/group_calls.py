@@ -11,12 +11,10 @@ there is no instance id, and the NUL-terminated instance id when there is). Unde
 ``group.protocol=consumer`` that field holds the member epoch. ``generation_of`` checks
 the magic and answers -1 for anything it does not recognise.
 
-The member id comes from the same metadata, not from ``memberid()``: each of the two is
-a request to librdkafka's main thread and a wait for its answer, and inside a rebalance
-callback, on a host where every member rebalances at once, each such wait is a wait for a
-core (``bench/findings.md``, 10). A format this code does not recognise (a librdkafka
-that changed it) costs the generation (-1) and a second request for the member id, never
-the member id itself.
+The member id comes from the same metadata, not from ``memberid()``: one request to
+librdkafka's main thread instead of two (docs/decisions/0102-member-id-from-group-metadata.md).
+A format this code does not recognise (a librdkafka that changed it) costs the generation
+(-1) and a second request for the member id, never the member id itself.
 """
 
 from __future__ import annotations

@@ -281,8 +281,8 @@ class Handoff:
         return self._snapshot
 
     def _announce(self, side: LoopSide, event: Event, done: BarrierDone | None) -> None:
-        # Each step runs even if one before it raised (they used to be separate callbacks);
-        # the loop's exception handler logs what raised.
+        # Each step runs even if one before it raised; the loop's exception handler logs
+        # what raised.
         try:
             if done is not None:
                 side.open_barrier(event, done)  # before the event is out: no answer finds none

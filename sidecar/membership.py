@@ -205,10 +205,10 @@ class Membership:
         """``on_revoke`` / ``on_lost``: the partitions leave the owned set now.
 
         A revocation under another member id than the one the partitions were granted to
-        is a loss: that membership was replaced (a static member's rejoin over a slow link
-        that the broker took as a new member, seen in the chaos run), and the group may
-        have handed the partitions to someone else before this callback. The draft's
-        ``type`` says which it is."""
+        is a loss: that membership was replaced (a static member's rejoin that the broker
+        took as a new member), and the group may have handed the partitions to someone else
+        before this callback (docs/decisions/0103-revoke-under-a-replaced-member-is-a-loss.md).
+        The draft's ``type`` says which it is."""
         if (
             kind is EventType.REVOKED
             and not self.identity.kip848

@@ -231,7 +231,7 @@ def load_settings_traced(
 
 def _text_only(environ: Mapping[str, str]) -> None:
     """A ``SIDECAR_*`` variable whose name or value is not UTF-8 (Python keeps such bytes
-    as lone surrogates) reached librdkafka's C code and crashed the process: refuse it."""
+    as lone surrogates) would reach librdkafka's C code and crash the process: refuse it."""
     for key, value in environ.items():
         if not key.upper().startswith(ENV_PREFIX):
             continue

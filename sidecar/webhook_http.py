@@ -3,10 +3,8 @@
 A courier sends one request at a time to one URL, so it needs no pool, no redirects, no
 cookies, no auth flows and no proxy support: only a connection it reuses, a deadline on
 each request and a cap on what it reads back. h11 (the HTTP/1.1 state machine httpx
-itself is built on) parses and frames the messages; asyncio streams carry them. httpx
-costs ~0.58 ms of CPU per POST on the benchmark machine, this ~0.11 ms: with every member
-of a group delivering at the same instant, or one event going to 50 subscribers, that CPU
-is the event path's cost (docs/benchmarks.md, finding 11).
+itself is built on) parses and frames the messages; asyncio streams carry them. Why not
+a general client: docs/decisions/0101-webhook-client-on-h11.md.
 
 TLS verifies against certifi's CA bundle, as httpx did, unless the ``SIDECAR_WEBHOOK_TLS_*``
 settings name a private CA or a client certificate (``sidecar.webhook_tls``, which hands

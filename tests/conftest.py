@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.kafka import create_topic, unique
-from tests.support.sidecars import REPO, Sidecar
-
-KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
+from tests.support.kafka import KAFKA_SH, create_topic, unique
+from tests.support.sidecars import Sidecar
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sidecar.subscriptions import new_secret
+from sidecar.subscriber.signatures import SECRET_PREFIX
 from sidecar.testkit.receiver import Receiver, Responder, accept, running
 from sidecar.testkit.sidecars import Sidecar
+
+
+def new_secret() -> str:
+    """A Standard Webhooks secret, as the sidecar makes one (``whsec_`` + 32 random bytes)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 @contextmanager

@@ -5,7 +5,7 @@ serves the long-poll (``?after=&wait=``). A plain ``GET /assignment`` — no que
 no body, the request every poller makes — is answered by ``AssignmentFastPath`` before
 FastAPI's routing, parameter solving and response-model serialisation: what costs most
 per request, for a document that only changes when the snapshot does. It sends the bytes
-the route would send, encoded once per snapshot (``tests/unit/test_api.py`` compares
+the route would send, encoded once per snapshot (``tests/component/test_api.py`` compares
 them). The route needs no credential (reads never do), so neither does the fast path.
 """
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sidecar.analytics.events import read_events
 from sidecar.analytics.generator import write_events
 from sidecar.analytics.session import REPO_ROOT, build_session, jar_paths
+from tests.support.analytics import TableRows, collect_tables
 
 TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",
@@ -25,9 +25,6 @@ TEST_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
 }
-
-Rows = list[dict[str, Any]]
-TableRows = dict[str, Rows]
 
 
 def _kafka_jars() -> list[str]:
@@ -68,33 +65,6 @@ def no_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(session, "build_session", refuse)
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse)
-
-
-def canonical(rows: Rows) -> list[tuple[Any, ...]]:
-    """Rows in a fixed order; floats to the microsecond (sums may add in another order)."""
-
-    def value(v: Any) -> Any:
-        return round(v, 6) if isinstance(v, float) else v
-
-    return sorted(
-        (tuple(value(v) for v in row.values()) for row in rows),
-        key=lambda t: tuple((v is None, str(v)) for v in t),
-    )
-
-
-def written_rows(spark: SparkSession, output: Path, name: str) -> Rows:
-    return [r.asDict() for r in spark.read.parquet(str(output / name)).collect()]
-
-
-def collect_tables(spark: SparkSession, path: Path) -> TableRows:
-    """Every table built from the events in ``path``, as lists of dicts."""
-    from sidecar.analytics.tables import build_tables
-
-    tables = build_tables(spark, read_events(spark, [str(path)]))
-    try:
-        return {name: [row.asDict() for row in frame.collect()] for name, frame in tables.items()}
-    finally:
-        tables.release()
 
 
 @pytest.fixture(scope="session")

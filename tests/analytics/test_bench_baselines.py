@@ -22,8 +22,7 @@ from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.job import run_batch
 from sidecar.analytics.output import read_tables
 from sidecar.analytics.tables import TABLE_NAMES
-
-from .conftest import canonical
+from tests.support.analytics import canonical
 
 pytestmark = pytest.mark.spark
 

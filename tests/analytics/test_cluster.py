@@ -30,9 +30,9 @@ from sidecar.analytics.events import write_parquet_events
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.session import REPO_ROOT
 from sidecar.analytics.tables import TABLE_NAMES
+from tests.support.analytics import canonical, collect_tables, written_rows
 
 from .cluster import EXECUTOR_MEMORY, LOOPBACK, SparkCluster
-from .conftest import canonical, collect_tables, written_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -19,8 +19,7 @@ from sidecar.analytics.events import EVENT_SCHEMA
 from sidecar.analytics.generator import FleetSpec, cloud_event, write_events, write_fleet_file
 from sidecar.analytics.job import main, parser
 from sidecar.analytics.tables import TABLE_NAMES
-
-from .conftest import canonical, written_rows
+from tests.support.analytics import canonical, written_rows
 
 CHARTS = ("chart-rebalances-over-time", "chart-duration-distribution", "chart-downtime-heatmap")
 OFFENDER_TABLES = ("top-groups", "top-longest", "top-partitions", "top-members")

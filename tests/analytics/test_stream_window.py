@@ -18,8 +18,7 @@ from sidecar.analytics.events import read_normalized
 from sidecar.analytics.generator import FleetSpec, write_fleet_file
 from sidecar.analytics.streaming import EVENTS_DIR, StreamOptions, TableRefresher, within_window
 from sidecar.analytics.tables import TABLE_NAMES
-
-from .conftest import canonical, collect_tables, written_rows
+from tests.support.analytics import canonical, collect_tables, written_rows
 
 pytestmark = [pytest.mark.spark]
 

@@ -17,8 +17,7 @@ from sidecar.analytics.generator import FleetSpec, cloud_event, write_fleet_file
 from sidecar.analytics.streaming import StreamOptions, start_stream
 from sidecar.analytics.tables import TABLE_NAMES
 from tests.analytics.interrupting import interrupt_when
-
-from .conftest import canonical, collect_tables, written_rows
+from tests.support.analytics import canonical, collect_tables, written_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

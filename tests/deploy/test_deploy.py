@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,23 +31,27 @@ import yaml
 from sidecar.model import MemberState
 from sidecar.settings import ENV_PREFIX, Settings
 from sidecar.settings_sources import load_settings
+from tests.support.deploy import (
+    CHART,
+    HELM,
+    KUBE_VERSION,
+    KUSTOMIZE,
+    REPO,
+    REQUIRED,
+    SCRIPT,
+    check,
+    container,
+    env_of,
+    helm_template,
+    is_test_hook,
+    one,
+    pod_spec,
+    render,
+    run,
+)
 from tests.support.sidecars import COMMAND
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "check-deploy.sh"
-CHART = REPO / "helm" / "rebalance-sidecar"
-HELM = REPO / ".tools" / "bin" / "helm"
-KUSTOMIZE = REPO / ".tools" / "bin" / "kustomize"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-KUBE_VERSION = "1.29.0"
-REQUIRED = [
-    "--set",
-    "sidecar.kafka.bootstrapServers=kafka:9092",
-    "--set",
-    "sidecar.kafka.groupId=orders",
-    "--set",
-    "sidecar.kafka.topics={orders}",
-]
 # docs/contract.md's contract metrics plus the extra ones the dashboard shows.
 KNOWN_METRICS = {
     "rebalances_total",
@@ -81,82 +84,6 @@ DELIVERY_OUTCOMES = {
 
 # The first run builds helm and kustomize from their Go modules (minutes on 2 cores).
 pytestmark = pytest.mark.timeout(1200)
-
-
-def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "CI": "true", **(env or {})},
-        check=False,
-    )
-
-
-@pytest.fixture(scope="session")
-def tools() -> None:
-    """helm, kustomize, hadolint and kubernetes-validate, installed once."""
-    result = run(SCRIPT, "tools")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def check(step: str, out: Path) -> str:
-    result = run(SCRIPT, step, env={"CHECK_DEPLOY_OUT": str(out)})
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"check-deploy.sh {step} failed:\n{output}"
-    return output
-
-
-def helm_template(
-    *args: str | Path, kube_version: str = KUBE_VERSION, chart: Path = CHART
-) -> subprocess.CompletedProcess[str]:
-    return run(
-        HELM,
-        "template",
-        "rs",
-        chart,
-        "--namespace",
-        "demo",
-        "--kube-version",
-        kube_version,
-        *args,
-    )
-
-
-def is_test_hook(doc: dict[str, Any]) -> bool:
-    return bool(doc["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
-
-
-def render(
-    *args: str | Path, kube_version: str = KUBE_VERSION, tests: bool = False
-) -> list[dict[str, Any]]:
-    """What `helm install` creates; with tests=True also the `helm test` hooks."""
-    result = helm_template(*args, kube_version=kube_version)
-    assert result.returncode == 0, result.stderr
-    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-    return [doc for doc in docs if tests or not is_test_hook(doc)]
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, got {[d['kind'] for d in docs]}"
-    return found[0]
-
-
-def pod_spec(docs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
-    spec: dict[str, Any] = one(docs, kind)["spec"]["template"]["spec"]
-    return spec
-
-
-def container(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    found = [c for c in containers if c["name"] == name]
-    assert found, f"no container {name} in {[c['name'] for c in containers]}"
-    return found[0]
-
-
-def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e for e in c.get("env", [])}
 
 
 # -- the checks of scripts/check-deploy.sh ---------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sidecar.settings_sources import load_settings
-from tests.deploy.test_deploy import (  # noqa: F401 - tools is a fixture
+from tests.support.deploy import (
     KUSTOMIZE,
     REPO,
     REQUIRED,
@@ -24,7 +24,6 @@ from tests.deploy.test_deploy import (  # noqa: F401 - tools is a fixture
     pod_spec,
     render,
     run,
-    tools,
 )
 
 pytestmark = pytest.mark.usefixtures("tools")

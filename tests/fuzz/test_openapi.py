@@ -8,11 +8,13 @@ documented schema, and the process is still alive and live afterwards.
 
 Long-polls are clamped (``wait`` <= 1 s) so a generated ``wait=300`` costs no minutes;
 ``GET /events`` is asked for JSON history (the SSE stream never ends by design).
-``POST /drain`` leaves the group, so it is fuzzed last, on its own.
+``POST /drain`` leaves the group, so it is fuzzed on a sidecar of its own: the tests
+run in any order.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,8 +77,8 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def fuzzed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+@contextlib.contextmanager
+def fuzz_target(kafka_bootstrap: str, data_dir: Path, name: str) -> Iterator[Sidecar]:
     """A sidecar in a real group, with a declared webhook (id ``app``) to a live receiver."""
     secret = new_secret()
     receiver = Receiver(secret).start()
@@ -85,17 +87,34 @@ def fuzzed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         kafka_bootstrap,
         unique("fuzz"),
         topic,
-        tmp_path_factory.mktemp("fuzz"),
+        data_dir,
         token=TOKEN,
-        name="fuzzed",
+        name=name,
         webhooks=[{"url": receiver.url, "secret": secret, "mode": "async", "id": "app"}],
         extra_env={"SIDECAR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"},
     ).start()
-    sidecar.wait_stable()
-    yield sidecar
-    sidecar.stop()
-    receiver.stop()
-    print(f"---- fuzzed sidecar log ----\n{sidecar.logs()[-3000:]}")
+    try:
+        sidecar.wait_stable()
+        yield sidecar
+    finally:
+        sidecar.stop()
+        receiver.stop()
+        print(f"---- {name} sidecar log ----\n{sidecar.logs()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def fuzzed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """The sidecar every operation but ``POST /drain`` is fuzzed against."""
+    with fuzz_target(kafka_bootstrap, tmp_path_factory.mktemp("fuzz"), "fuzzed") as sidecar:
+        yield sidecar
+
+
+@pytest.fixture
+def to_drain(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Sidecar]:
+    """A sidecar of its own for ``POST /drain``: leaving the group is final, so no other
+    test shares it and the order the tests run in does not matter."""
+    with fuzz_target(kafka_bootstrap, tmp_path / "drain", "drained") as sidecar:
+        yield sidecar
 
 
 @pytest.fixture(scope="module")
@@ -235,16 +254,21 @@ def test_any_header_or_query_string_gets_an_answer_not_a_500(
         assert "error" in body or path == "/readyz", response.text[:300]
 
 
-def test_drain_last(api_schema: Any, fuzzed: Sidecar) -> None:
-    """Leaving the group is final for this sidecar, so it goes after everything else."""
+def test_drain(to_drain: Sidecar) -> None:
+    schema = schemathesis.openapi.from_url(f"http://127.0.0.1:{to_drain.port}/openapi.json")
     for mode in GenerationMode:
-        for operation in operations(api_schema, drain=True):
-            fuzz(operation, mode, fuzzed)
+        for operation in operations(schema, drain=True):
+            fuzz(operation, mode, to_drain)
+    survived(to_drain)
 
 
 def test_the_sidecar_survived_and_logged_no_exception(fuzzed: Sidecar) -> None:
-    alive(fuzzed)
-    log = Path(fuzzed.log_path).read_text()
+    survived(fuzzed)
+
+
+def survived(sidecar: Sidecar) -> None:
+    alive(sidecar)
+    log = Path(sidecar.log_path).read_text()
     assert "Traceback" not in log
     assert '"exception"' not in log
 

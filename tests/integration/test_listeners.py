@@ -17,8 +17,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.conftest import KAFKA_SH
 from tests.support.apps import app_with_sidecar
+from tests.support.kafka import KAFKA_SH
 from tests.support.network import non_loopback_address
 from tests.support.receiver import slow_revoke
 from tests.support.sidecars import Sidecar, covers, free_port, wait_until

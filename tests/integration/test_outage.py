@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import KAFKA_SH
-from tests.support.kafka import create_topic, unique
+from tests.support.kafka import KAFKA_SH, create_topic, unique
 from tests.support.sidecars import Sidecar, free_port, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -10,8 +10,8 @@ import pytest
 
 from sidecar.settings import InvalidSettings
 from sidecar.settings_sources import load_settings
-from tests.security.conftest import OFFLINE, Run
 from tests.support.kafka import committed
+from tests.support.security import OFFLINE, Run
 from tests.support.sidecars import Sidecar
 
 TOKEN = "s3cr3t-token-7c1d9e"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sidecar.subscriptions import new_secret
-from tests.security.conftest import Run
 from tests.support.receiver import running
+from tests.support.security import Run
 from tests.support.sidecars import Sidecar, wait_until
 
 ALL_TYPES = [

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing
-import os
-import signal
 import sqlite3
-import time
 from pathlib import Path
 
 from sidecar.journal import Journal
@@ -18,27 +14,13 @@ from sidecar.model import (
     EventDraft,
     EventType,
     PartitionOffset,
-    Subscription,
 )
 from sidecar.testkit.events import draft as plain_draft
+from tests.support.journals import subscription
 
 
 def draft(kind: EventType = EventType.ASSIGNED, partition: int = 0) -> EventDraft:
     return plain_draft(kind, (PartitionOffset("t", partition, 7),), generation_id=3)
-
-
-def subscription(sub_id: str, cursor: int) -> Subscription:
-    return Subscription(
-        id=sub_id,
-        url="http://127.0.0.1/x",
-        events=(EventType.ASSIGNED,),
-        mode="blocking",
-        secret="whsec_x",
-        timeout_ms=1000,
-        origin="api",
-        created_at=time.time(),
-        cursor=cursor,
-    )
 
 
 def test_sequences_increase_and_survive_reopening(tmp_path: Path) -> None:
@@ -55,33 +37,6 @@ def test_sequences_increase_and_survive_reopening(tmp_path: Path) -> None:
     assert body["sequence"] == "0000000000000000001"  # fixed width: string order = numeric
     assert body["data"]["partitions"] == [{"topic": "t", "partition": 0, "offset": 7}]
     again.close()
-
-
-def _append_forever(data_dir: str, ready: multiprocessing.synchronize.Event) -> None:
-    journal = Journal(Path(data_dir), durable=True)
-    journal.append(draft())
-    ready.set()
-    while True:
-        journal.append(draft())
-
-
-def test_an_appended_event_survives_kill_9(tmp_path: Path) -> None:
-    ready = multiprocessing.get_context("spawn").Event()
-    writer = multiprocessing.get_context("spawn").Process(
-        target=_append_forever, args=(str(tmp_path), ready)
-    )
-    writer.start()
-    assert ready.wait(30)
-    time.sleep(0.2)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGKILL)
-    writer.join(10)
-    journal = Journal(tmp_path, durable=False)
-    events = journal.events_after(0, 1_000_000)
-    assert events  # committed appends are there, intact and in order
-    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
-    assert journal.append(draft()).sequence == len(events) + 1
-    journal.close()
 
 
 def test_prune_keeps_what_a_subscriber_still_needs(tmp_path: Path) -> None:

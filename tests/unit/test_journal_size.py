@@ -28,7 +28,7 @@ from sidecar.model import (
     TopicPartition,
 )
 from sidecar.testkit.events import draft
-from tests.unit.test_journal import subscription
+from tests.support.journals import subscription
 
 MIB = 1024 * 1024
 BUDGET = 2 * MIB

@@ -14,26 +14,14 @@ from dataclasses import dataclass, replace
 import pytest
 
 from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
-from sidecar.model import Assignment, Event, EventType, MemberState, PartitionOffset
+from sidecar.model import Event, EventType, MemberState, PartitionOffset
 from sidecar.wakeup import NO_WAKEUPS
+from tests.support.scripted import initial
 
 
 @dataclass(frozen=True)
 class WhoRunsMe(Command[str]):
     pass
-
-
-def initial() -> Assignment:
-    return Assignment(
-        group_id="g",
-        member_id=None,
-        group_instance_id=None,
-        generation_id=-1,
-        protocol="eager",
-        state=MemberState.STARTING,
-        partitions=(),
-        sequence=0,
-    )
 
 
 class Side:

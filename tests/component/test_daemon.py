@@ -93,7 +93,7 @@ def test_a_sidecar_serves_both_listeners_then_really_stops(tmp_path: Path) -> No
             seen["livez"] = (await client.get(f"{api}/livez")).status_code
             seen["admin assignment"] = (await client.get(f"{admin}/assignment")).status_code
         # h11 on both, also where httptools is installed (uvicorn would take it): it
-        # buffers an endless request head (tests/unit/test_http_bad_bodies.py).
+        # buffers an endless request head (tests/component/test_http_bad_bodies.py).
         parsers.update(
             (lst.name, _parser(lst.server.config.http)) for lst in running._listeners if lst.server
         )

@@ -18,8 +18,8 @@ import pytest
 from sidecar.journal import FILE_NAME, Journal
 from sidecar.model import PartitionOffset
 from sidecar.testkit.events import draft
+from tests.support.cli import BASE_ENV, GOOD, run
 from tests.support.sidecars import REPO
-from tests.unit.test_cli import BASE_ENV, GOOD, run
 
 KEPT = '{"kept": "the previous export"}\n'
 

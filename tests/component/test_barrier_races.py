@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,52 +32,8 @@ from sidecar.model import (
 from sidecar.retry import RetryPolicy
 from sidecar.settings import Settings
 from sidecar.testkit.events import draft
-from tests.unit.test_handoff import initial
-
-
-class _Partition:
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic, self.partition, self.offset, self.error = topic, partition, -1001, None
-
-
-class _ScriptedConsumer:
-    """Assigns t[0] at the first poll; ``close()`` runs the revoke callback, as librdkafka
-    does; counts the rejoins an enforce would make."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.callbacks: dict[str, Callable[..., None]] = {}
-        self.assigned = False
-        self.unsubscribed = 0
-
-    def subscribe(self, topics: list[str], **callbacks: Callable[..., None]) -> None:
-        self.callbacks = callbacks
-
-    def poll(self, timeout: float) -> None:
-        if not self.assigned:
-            self.assigned = True
-            self.callbacks["on_assign"](self, [_Partition("t", 0)])
-        time.sleep(min(timeout, 0.02))
-
-    def assign(self, partitions: list[_Partition]) -> None: ...
-
-    def pause(self, partitions: list[_Partition]) -> None: ...
-
-    def committed(self, partitions: list[_Partition], timeout: float) -> list[_Partition]:
-        return partitions
-
-    def memberid(self) -> str:
-        return "m-1"
-
-    def consumer_group_metadata(self) -> bytes:
-        return b"CGMDv2:\x01\x00\x00\x00g\x00m-1\x00\x01"
-
-    def list_topics(self, timeout: float) -> None: ...
-
-    def unsubscribe(self) -> None:
-        self.unsubscribed += 1
-
-    def close(self) -> None:
-        self.callbacks["on_revoke"](self, [_Partition("t", 0)])
+from tests.support.scripted import ScriptedConsumer as _ScriptedConsumer
+from tests.support.scripted import initial
 
 
 class _SlowApp:

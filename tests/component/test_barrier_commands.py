@@ -29,8 +29,9 @@ from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Event, EventType, MemberState
 from sidecar.settings import Settings
-from tests.unit.test_barrier_races import _Partition, _ScriptedConsumer
-from tests.unit.test_handoff import initial
+from tests.support.scripted import Partition as _Partition
+from tests.support.scripted import ScriptedConsumer as _ScriptedConsumer
+from tests.support.scripted import initial
 
 _REVOKE_TIMEOUT_S = 3.0
 
