@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.conftest import DATA_DIR, Container, podman
+from tests.support.container import DATA_DIR, Container, podman
 from tests.support.kafka import create_topic, unique
 from tests.support.receiver import Receiver, running
 from tests.support.sidecars import REPO, wait_until

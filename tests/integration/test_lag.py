@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.test_group_view import consumer_groups_cli, java_consumer
+from tests.support.java_members import consumer_groups_cli, java_consumer
 from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = pytest.mark.kafka

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_outage import PrivateBroker
 from tests.support.kafka import create_topic, unique
+from tests.support.private_broker import PrivateBroker
 from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -5,41 +5,17 @@ This test stops and starts a broker, so it runs its own (not the session's share
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.kafka import KAFKA_SH, create_topic, unique
-from tests.support.sidecars import Sidecar, free_port, wait_until
+from tests.support.kafka import create_topic, unique
+from tests.support.private_broker import PrivateBroker
+from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-class PrivateBroker:
-    def __init__(self, data_dir: Path) -> None:
-        port = free_port()
-        self.env = {
-            **os.environ,
-            "KAFKA_PORT": str(port),
-            "KAFKA_CONTROLLER_PORT": str(free_port()),
-            "KAFKA_DATA_DIR": str(data_dir),
-        }
-        self.bootstrap = f"127.0.0.1:{port}"
-
-    def run(self, command: str) -> None:
-        done = subprocess.run(
-            [str(KAFKA_SH), command],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ This test pauses a broker, so it runs its own (never the session's shared one).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,10 +24,10 @@ from typing import Any
 import pytest
 
 from sidecar.subscriptions import new_secret
-from tests.conftest import KAFKA_SH
 from tests.support.kafka import create_topic, unique
+from tests.support.private_broker import PrivateBroker
 from tests.support.receiver import running
-from tests.support.sidecars import Sidecar, free_port, wait_until
+from tests.support.sidecars import Sidecar, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -44,32 +42,6 @@ STALL_SECONDS = 45.0
 # The callback's bound (12 s) plus room for a loaded machine: the "30" bucket. Before the
 # fix it held the whole stall (45 s and more), the "60" one.
 WITHIN_BUCKET = "30.0"
-
-
-class PrivateBroker:
-    def __init__(self, data_dir: Path) -> None:
-        port = free_port()
-        self.env = {
-            **os.environ,
-            "KAFKA_PORT": str(port),
-            "KAFKA_CONTROLLER_PORT": str(free_port()),
-            "KAFKA_DATA_DIR": str(data_dir),
-        }
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.paused = False
-
-    def run(self, command: str) -> None:
-        done = subprocess.run(
-            [str(KAFKA_SH), command],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        if command in ("pause", "resume"):
-            self.paused = command == "pause"
 
 
 @pytest.fixture(scope="module")

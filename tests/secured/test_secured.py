@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.secured.conftest import CLIENT_SECRET, SecuredBroker, copy_files
 from tests.support.kafka import unique
+from tests.support.secured import CLIENT_SECRET, SecuredBroker, copy_files
 from tests.support.sidecars import COMMAND, REPO, Sidecar, wait_until
 
 pytestmark = pytest.mark.kafka

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.conftest import Run
+from tests.support.security import Run
 
 SECRET = "pw-from-a-file-4d5e6f7a8b"
 

@@ -1,10 +1,12 @@
 """The package's edges, read from the source (ast) and pyproject.toml, nothing imported.
 
 - The daemon (``sidecar/`` less the kits and the analytics extra) imports only its
-  runtime dependencies, and never a kit's module.
+  runtime dependencies, and never a kit's module. An import inside a function, which runs
+  only when its feature is used, may also take an optional feature's extra (``tracing``,
+  ``analytics``): the feature then says how to install it.
 - The test kit (``sidecar/testkit``) pulls, with every ``sidecar`` module it imports, only
   what its extra ``testkit`` declares; the subscriber kit (``sidecar/subscriber``) only the
-  standard library.
+  standard library (OpenTelemetry, inside a function, when the application has it).
 - No import cycle among the modules of ``sidecar/`` (imports at module level; an import
   inside a function or under ``TYPE_CHECKING`` runs later or never).
 """
@@ -25,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "sidecar"
 KITS = ("sidecar.testkit", "sidecar.subscriber")
 OPTIONAL = ("sidecar.analytics",)  # the extra ``analytics``: its own dependencies
+# Extras of optional features: what a function-level (lazy) import may also take.
+FEATURE_EXTRAS = ("tracing", "analytics")
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,13 @@ def sidecar_modules_imported(name: str, top_level_only: bool) -> set[str]:
     return found & modules().keys()
 
 
-def third_party(name: str) -> set[str]:
+def third_party(name: str, top_level_only: bool = False) -> set[str]:
     """Top-level names of the non-``sidecar``, non-standard-library modules it imports."""
-    tops = {imp.module.partition(".")[0] for imp in imports_of(name)}
+    tops = {
+        imp.module.partition(".")[0]
+        for imp in imports_of(name)
+        if imp.top_level or not top_level_only
+    }
     return {t for t in tops if t and t != "sidecar" and t not in sys.stdlib_module_names}
 
 
@@ -125,10 +133,14 @@ def distributions(top: str) -> set[str]:
 
 
 def undeclared(modules_: set[str], allowed: set[str]) -> dict[str, set[str]]:
+    """What ``modules_`` import that ``allowed`` does not declare; a lazy import may also
+    take a feature's extra (``FEATURE_EXTRAS``)."""
+    lazy = allowed.union(*(declared()[extra] for extra in FEATURE_EXTRAS))
     missing: dict[str, set[str]] = {}
     for name in sorted(modules_):
+        eager = third_party(name, top_level_only=True)
         for top in third_party(name):
-            if not distributions(top) & allowed:
+            if not distributions(top) & (allowed if top in eager else lazy):
                 missing.setdefault(top, set()).add(name)
     return missing
 
@@ -172,7 +184,9 @@ def test_the_test_kit_pulls_only_its_extra() -> None:
 
 def test_the_subscriber_kit_needs_only_the_standard_library() -> None:
     reached = closure({m for m in modules() if in_group(m, ("sidecar.subscriber",))})
-    assert {m: third_party(m) for m in sorted(reached) if third_party(m)} == {}
+    eager = {m: third_party(m, top_level_only=True) for m in sorted(reached)}
+    assert {m: tops for m, tops in eager.items() if tops} == {}
+    assert undeclared(reached, set()) == {}  # lazily, only what a feature's extra declares
     assert sorted(m for m in reached if not in_group(m, ("sidecar.subscriber", "sidecar"))) == []
 
 
