@@ -43,6 +43,10 @@ log = structlog.get_logger("sidecar.credentials")
 EXIT_CREDENTIALS = 78
 #: Seconds of refusals, with no success in between, before the process exits.
 REFUSAL_SECONDS = 30.0
+#: The refusals must still be going on: the latest no older than this (librdkafka tries
+#: again at least every ``reconnect.backoff.max.ms``, 10 s by default). An early refusal
+#: followed by a long join with working credentials is no reason to exit.
+RECENT_SECONDS = 15.0
 
 _SASL_CODES = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
 _TLS_CODES = (KafkaError._SSL, KafkaError._TRANSPORT)
@@ -61,7 +65,8 @@ def _variables(*properties: str) -> str:
 def classify(code: int, text: str, config: dict[str, Any]) -> str | None:
     """The one line for a refusal of the credentials, or ``None`` for any other error."""
     if code in _SASL_CODES:
-        if "OAUTHBEARER" in text or str(config.get("sasl.mechanism", "")).upper() == "OAUTHBEARER":
+        mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "")
+        if "OAUTHBEARER" in text or mechanism.upper() == "OAUTHBEARER":
             return (
                 "Kafka refused the OAUTHBEARER credentials (SASL authentication failed): check "
                 + _variables(
@@ -71,7 +76,6 @@ def classify(code: int, text: str, config: dict[str, Any]) -> str | None:
                 )
                 + " (a secret may come from its _FILE variable)"
             )
-        mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "")
         return (
             f"Kafka refused the {mechanism or 'SASL'} credentials (SASL authentication failed):"
             " check "
@@ -103,18 +107,21 @@ class Refusals:
         self._lock = threading.Lock()
         self.reason: str | None = None  # the line for the latest refusal
         self.since: float | None = None  # monotonic, the first refusal of this run of them
+        self.latest: float | None = None  # monotonic, the latest refusal
         self.count = 0
 
-    def observe(self, error: KafkaError, config: dict[str, Any]) -> None:
+    def observe(self, error: KafkaError, config: dict[str, Any], now: float | None = None) -> None:
         reason = classify(error.code(), error.str(), config)
         if reason is None:
             return
         with self._lock:
             first = self.reason is None
+            now = time.monotonic() if now is None else now
+            if self.since is None or self.latest is None or now - self.latest > RECENT_SECONDS:
+                self.since = now  # the first refusal, or a new run of them after a quiet spell
             self.reason = reason
             self.count += 1
-            if self.since is None:
-                self.since = time.monotonic()
+            self.latest = now
         if first:
             log.error(
                 reason,
@@ -125,12 +132,15 @@ class Refusals:
 
     def clear(self) -> None:
         with self._lock:
-            self.reason, self.since, self.count = None, None, 0
+            self.reason, self.since, self.latest, self.count = None, None, None, 0
 
     def verdict(self, now: float, after: float = REFUSAL_SECONDS) -> str | None:
-        """The line to exit with, once refusals have lasted ``after`` seconds."""
+        """The line to exit with, once refusals have lasted ``after`` seconds and are still
+        going on (the latest within ``RECENT_SECONDS``)."""
         with self._lock:
-            if self.reason is None or self.since is None or now - self.since < after:
+            if self.reason is None or self.since is None or self.latest is None:
+                return None
+            if now - self.since < after or now - self.latest > RECENT_SECONDS:
                 return None
             return self.reason
 

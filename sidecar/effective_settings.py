@@ -18,8 +18,13 @@ from pydantic import SecretStr
 
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.logs import REDACTED
+from sidecar.secret_files import file_variables
 from sidecar.settings import ENV_PREFIX, Settings
-from sidecar.settings_sources import load_settings_traced, unknown_variables
+from sidecar.settings_sources import (
+    load_settings_traced,
+    unknown_variables,
+    with_secret_files,
+)
 
 # librdkafka properties that hold secrets: sasl.password, ssl.key.password,
 # sasl.oauthbearer.client.secret, ssl.keystore.password, ssl.key.pem, sasl.jaas.config ...
@@ -71,12 +76,22 @@ def _shown(value: Any) -> str:
 def print_effective(
     environ: Mapping[str, str], config_file: Path | None, env_file: Path | None
 ) -> int:
-    """The table on stdout; unknown ``SIDECAR_*`` names (likely typos) on stderr."""
-    rows = effective_rows(environ, config_file, env_file)
-    for line in unknown_variables(environ):
+    """The table on stdout; unknown ``SIDECAR_*`` names (likely typos) on stderr. Secrets
+    given as files (``SIDECAR_<X>_FILE``) are read as ``run`` reads them, their source the
+    file."""
+    from_files = {
+        target: f"file {environ[variable]} ({variable})"
+        for variable, target in file_variables(environ).items()
+    }
+    resolved = with_secret_files(environ)
+    rows = effective_rows(resolved, config_file, env_file)
+    for line in unknown_variables(resolved):
         print(f"rebalance-sidecar: {line}", file=sys.stderr)
     print("| variable | value | source |\n|---|---|---|")
-    for variable, value, source in rows:
+    for variable, value, given_by in rows:
+        source = given_by
+        if given_by == "environment":
+            source = from_files.get(variable.partition(" ")[0].upper(), given_by)
         shown = f"`{value}`" if value else ""
         print(f"| `{variable}` | {shown.replace('|', chr(92) + '|')} | {source} |")
     return 0

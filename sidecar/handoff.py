@@ -12,8 +12,10 @@ Everything crossing the boundary goes through a ``Handoff``:
   wakes the thread out of its ``poll()`` when the consumer can be woken
   (``sidecar.wakeup``, installed by the thread with ``wake_with``).
 
-No other module calls ``call_soon_threadsafe``, creates a thread-crossing future, or
-touches the other side's objects. The thread-side methods never block on the loop except
+No other module crosses the member thread's boundary: none calls
+``call_soon_threadsafe`` for it, creates a thread-crossing future with it, or touches the
+other side's objects. (The lag reader, ``sidecar.positions``, has a thread and a consumer
+of its own that never joins the group; it hands its answers to the loop the same way.) The thread-side methods never block on the loop except
 ``await_barrier``, and none of them raise when the loop is already gone (shutdown).
 """
 

@@ -6,8 +6,9 @@ reports show it, the file that holds it: ``SIDECAR_KAFKA_SASL_PASSWORD_FILE=
 /etc/kafka-secret/password``. The file's content, one trailing line break removed, is the
 value of ``SIDECAR_<X>``, for exactly the settings that carry a secret:
 
-* the sidecar's own secrets (``SIDECAR_API_TOKEN``, ``SIDECAR_DRAIN_TOKEN``) and
-  ``SIDECAR_WEBHOOKS`` (its entries hold the webhook secrets);
+* the sidecar's own secrets (``SIDECAR_API_TOKEN``, ``SIDECAR_DRAIN_TOKEN``,
+  ``SIDECAR_WEBHOOK_TLS_KEY_PASSWORD``) and ``SIDECAR_WEBHOOKS`` (its entries hold the
+  webhook secrets);
 * the librdkafka pass-through properties that do: passwords (``sasl.password``,
   ``ssl.key.password``, ``ssl.keystore.password``), ``sasl.oauthbearer.client.secret``,
   ``ssl.key.pem`` and ``sasl.oauthbearer.config``.
@@ -31,7 +32,7 @@ from sidecar.kafka_properties import ENV_PREFIX, KAFKA_ENV_PREFIX, kafka_propert
 SUFFIX = "_FILE"
 
 #: The sidecar's own settings that carry a secret.
-SECRET_SETTINGS = frozenset({"API_TOKEN", "DRAIN_TOKEN", "WEBHOOKS"})
+SECRET_SETTINGS = frozenset({"API_TOKEN", "DRAIN_TOKEN", "WEBHOOK_TLS_KEY_PASSWORD", "WEBHOOKS"})
 
 #: librdkafka properties (the pass-through) that carry a secret.
 _SECRET_PROPERTY = re.compile(

@@ -155,6 +155,35 @@ def test_settings_effective_shows_sources_and_redacts_secrets(tmp_path: Path) ->
     assert "secret" not in done.stdout.replace("[redacted]", "")
 
 
+def test_settings_effective_reads_secret_files_as_run_does(tmp_path: Path) -> None:
+    token, password = tmp_path / "api-token", tmp_path / "sasl-password"
+    token.write_text("file-token-7d2\n")
+    password.write_text("file-password-9c4\n")
+    env = clean_env(
+        SIDECAR_GROUP_ID="orders-app",
+        SIDECAR_TOPICS="orders",
+        SIDECAR_API_TOKEN_FILE=str(token),
+        SIDECAR_KAFKA_SASL_PASSWORD_FILE=str(password),
+    )
+    done = _cli(["settings", "--effective"], env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "unknown" not in done.stderr, done.stderr
+    rows = {
+        line.split("|")[1].strip(" `"): (line.split("|")[2].strip(" `"), line.split("|")[3].strip())
+        for line in done.stdout.splitlines()[2:]
+    }
+    assert rows["SIDECAR_API_TOKEN"] == (
+        "[redacted]",
+        f"file {token} (SIDECAR_API_TOKEN_FILE)",
+    )
+    assert rows["SIDECAR_KAFKA_SASL_PASSWORD (sasl.password)"] == (
+        "[redacted]",
+        f"file {password} (SIDECAR_KAFKA_SASL_PASSWORD_FILE)",
+    )
+    assert not [row for row in rows if "_FILE" in row]  # no made-up property
+    assert "file-token" not in done.stdout and "file-password" not in done.stdout
+
+
 def test_settings_takes_files_only_with_effective(tmp_path: Path) -> None:
     line = _one_line_refusal(_cli(["settings", "--config", "x.yaml"], clean_env(), cwd=tmp_path))
     assert "--config and --env-file go with --effective" in line

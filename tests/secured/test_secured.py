@@ -4,6 +4,8 @@ renewed certificate files drain and exit 75; no secret is ever shown."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import os
 import subprocess
 from collections.abc import Callable
@@ -180,9 +182,13 @@ def test_refused_credentials_fail_startupz_and_exit_78_with_one_line(
             tmp_path / case.replace(" ", "-"),
             name=case.replace(" ", "-"),
             extra_env=env,
-        ).start()
+        )
         for case, (env, _) in cases.items()
     }
+    # Started together, not one after another: each lives only ~30 s past its first
+    # refusal, and a slow start of the next must not eat the previous one's window.
+    with ThreadPoolExecutor(len(sidecars)) as starting:
+        list(starting.map(Sidecar.start, sidecars.values()))
     try:
         failing: set[str] = set()
 

@@ -13,7 +13,7 @@ from sidecar.credentials import Refusals, classify
 from sidecar.logs import RepeatedLines
 from sidecar.rotation import changed, fingerprint, watched_files
 from sidecar.secret_files import SecretFileError, is_secret_variable, resolve
-from sidecar.settings import InvalidSettings
+from sidecar.settings import InvalidSettings, Settings
 from sidecar.settings_sources import load_settings, with_secret_files
 
 SCRAM = {"sasl.mechanism": "SCRAM-SHA-512"}
@@ -57,6 +57,18 @@ def test_a_secret_file_becomes_the_setting(tmp_path: Path) -> None:
 )
 def test_which_settings_are_secrets(variable: str, secret: bool) -> None:
     assert is_secret_variable(variable) is secret
+
+
+def test_every_secret_setting_may_come_from_a_file() -> None:
+    """Each setting that holds a secret (``SecretStr``) takes the ``_FILE`` convention: the
+    chart mounts every secret as a file."""
+    secrets = [
+        f"SIDECAR_{name.upper()}"
+        for name, field in Settings.model_fields.items()
+        if "SecretStr" in str(field.annotation)
+    ]
+    assert "SIDECAR_WEBHOOK_TLS_KEY_PASSWORD" in secrets
+    assert [v for v in secrets if not is_secret_variable(v)] == []
 
 
 def test_both_set_is_one_line_naming_both(tmp_path: Path) -> None:
@@ -119,18 +131,37 @@ def test_refusals_are_classified_with_the_settings_they_concern() -> None:
     assert expired is not None and "SIDECAR_KAFKA_SSL_CERTIFICATE_LOCATION" in expired
     assert classify(KafkaError._TRANSPORT, "Connection refused", {}) is None
     assert classify(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down", {}) is None
+    oauth = classify(
+        KafkaError._AUTHENTICATION, "SASL authentication error", {"sasl.mechanisms": "OAUTHBEARER"}
+    )
+    assert oauth is not None and "SIDECAR_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET" in oauth
 
 
 def test_a_verdict_only_after_refusals_lasted_long_enough() -> None:
     refusals = Refusals()
     error = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: failed")
     assert refusals.verdict(0.0) is None
-    refusals.observe(error, SCRAM)
-    assert refusals.reason is not None and refusals.since is not None
-    assert refusals.verdict(refusals.since + 1, after=30) is None
-    assert refusals.verdict(refusals.since + 30, after=30) == refusals.reason
+    refusals.observe(error, SCRAM, now=100.0)
+    assert refusals.reason is not None and refusals.since == 100.0
+    assert refusals.verdict(101.0, after=30) is None
+    for at in (108.0, 118.0, 128.0):  # librdkafka tries again, refused each time
+        refusals.observe(error, SCRAM, now=at)
+    assert refusals.since == 100.0
+    assert refusals.verdict(130.0, after=30) == refusals.reason
     refusals.clear()
     assert refusals.verdict(1e12, after=30) is None
+
+
+def test_one_early_refusal_then_quiet_is_no_verdict() -> None:
+    """A refusal at start (a SCRAM user not yet created), then a long join with working
+    credentials: no exit. A later run of refusals counts from its own start."""
+    refusals = Refusals()
+    error = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: failed")
+    refusals.observe(error, SCRAM, now=100.0)
+    assert refusals.verdict(131.0, after=30) is None  # nothing refused for 31 s
+    refusals.observe(error, SCRAM, now=200.0)
+    assert refusals.since == 200.0
+    assert refusals.verdict(201.0, after=30) is None
 
 
 def test_repeated_librdkafka_lines_collapse() -> None:
