@@ -8,7 +8,7 @@ before tracing: the baseline), tracing off (the default: ids drawn, nothing expo
 the OTLP exporter on (the SDK's batch processor, exporting over HTTP to a local receiver
 that answers 200). Lag reads: ``/group``'s blocking read (DescribeGroups and topic
 metadata) with and without the positions (OffsetFetch and ListOffsets for every
-partition), one AdminClient, against the broker.
+partition, by a consumer of the group that never joins), against the broker.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def _rounds(variants: dict[str, Callable[[], None]], window: float) -> dict[str,
 
 
 def _lag_reads(ctx: Context) -> dict[str, list[float]]:
+    from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from sidecar.web.group import describe_group, describe_with_positions
@@ -108,10 +109,11 @@ def _lag_reads(ctx: Context) -> dict[str, list[float]]:
     admin = AdminClient({"bootstrap.servers": ctx.bootstrap, "log_level": 2})
     admin.create_topics([NewTopic(topic, LAG_PARTITIONS, 1)])[topic].result(60)
     group = f"bench-lag-{uuid.uuid4().hex[:8]}"
+    reader = Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": group, "log_level": 2})
     reads: dict[str, Callable[[], object]] = {
         "/group without positions": lambda: describe_group(admin, group, (topic,), 10),
         "/group with positions (shipped)": lambda: describe_with_positions(
-            admin, group, (topic,), 10
+            admin, reader, group, (topic,), 10
         ),
     }
     took: dict[str, list[float]] = {name: [] for name in reads}

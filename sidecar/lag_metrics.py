@@ -45,7 +45,7 @@ class LagCollector(Collector):
         lag = GaugeMetricFamily(
             f"{PREFIX}partition_lag",
             "max(high watermark - committed offset, 0) of each partition this member owns "
-            "(AdminClient; at most one scrape late; last value kept while Kafka is away).",
+            "(at most one scrape late; the last value stays while Kafka is away).",
             labels=["group", "topic", "partition"],
         )
         for tp in owned:

@@ -1,23 +1,25 @@
 """How far behind each partition is: committed offset, high watermark and lag.
 
-Read through a confluent-kafka ``AdminClient`` (``list_consumer_group_offsets`` for the
-group's committed offsets, ``list_offsets`` with ``OffsetSpec.latest()`` for the high
-watermarks), never through the member's ``Consumer`` (it belongs to the consumer thread).
-Lag is ``max(high watermark - committed, 0)``, as Redpanda Console and
+Read by a ``Consumer`` of the group that never subscribes (``reader_client``: it never
+joins, it only asks, with ``committed`` and ``get_watermark_offsets``), never through the
+member's ``Consumer`` (it belongs to the consumer thread). Not through the AdminClient's
+``list_consumer_group_offsets`` and ``list_offsets``: their requests, timed out during a
+broker pause, aborted the process inside librdkafka when the broker came back (see
+``reader_client``). Lag is ``max(high watermark - committed, 0)``, as Redpanda Console and
 ``kafka-consumer-groups.sh --describe`` compute it; ``None`` where either side is unknown
 (nothing committed, or Kafka did not answer).
 
-A read never raises and never leaves an exception unretrieved: every AdminClient future
-gets a done callback that retrieves its outcome, each is waited for within one deadline,
-and whatever did not answer is marked unavailable. A broker that pauses makes the figures
-``available: false``; it is never a 500, and never a "Future exception was never
-retrieved" in the log (the cause of a failed CI run before this module existed).
+A read never raises and never leaves an exception unretrieved: the blocking calls run in a
+worker thread within one deadline, whatever did not answer is marked unavailable, and the
+loop-side future of a read is settled by a done callback that retrieves its outcome even
+when no request awaits it (a scrape's refresh). A broker that pauses makes the figures
+``available: false``; it is never a 500, and never a "Task exception was never retrieved"
+in the log (the cause of a failed CI run before this module existed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable, Iterable
@@ -25,9 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from sidecar.model import Assignment, TopicPartition, rfc3339
 from sidecar.rebalance_history import RebalanceHistory
@@ -86,35 +87,17 @@ def lag_of(committed: int | None, high_watermark: int | None) -> int | None:
     return max(high_watermark - committed, 0)
 
 
-def _retrieve(future: concurrent.futures.Future[Any]) -> None:
-    """A done callback: fetch the outcome, so no failure is left unretrieved."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _watch(futures: Iterable[concurrent.futures.Future[Any]]) -> None:
-    for future in futures:
-        future.add_done_callback(_retrieve)
-
-
-def _outcome(future: concurrent.futures.Future[Any], deadline: float) -> tuple[Any, str | None]:
-    try:
-        return future.result(timeout=max(deadline - time.monotonic(), 0.0)), None
-    except KafkaException as exc:
-        return None, str(exc.args[0])
-    except TimeoutError:
-        return None, "Kafka did not answer in time"
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
 def read_positions(
-    admin: AdminClient,
-    group_id: str,
+    reader: Consumer,
     partitions: Iterable[TopicPartition],
     timeout: float = READ_TIMEOUT_SECONDS,
 ) -> Positions:
-    """Blocking: the positions of ``partitions`` for ``group_id``. Never raises."""
+    """Blocking: the positions of ``partitions`` in ``reader``'s group. Never raises.
+
+    ``reader`` is a ``Consumer`` of the group that never subscribes (``reader_client``):
+    it never joins, it only asks (``committed``: OffsetFetch; ``get_watermark_offsets``:
+    ListOffsets), each call within what is left of one deadline.
+    """
     wanted = sorted(set(partitions))
     now = time.time()
     if not wanted:
@@ -123,39 +106,38 @@ def read_positions(
     errors: list[str] = []
     committed: dict[tuple[str, int], int | None] = {}
     watermarks: dict[tuple[str, int], int] = {}
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.001)
+
     request = [KafkaTopicPartition(tp.topic, tp.partition) for tp in wanted]
     try:
-        offset_futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id, request)], request_timeout=timeout
-        )
-        _watch(offset_futures.values())
-    except Exception as exc:  # refused before sending: unavailable, never raised
-        offset_futures = {}
-        errors.append(f"committed offsets: {exc}")
-    try:
-        spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        latest = {KafkaTopicPartition(tp.topic, tp.partition): spec for tp in wanted}
-        end_futures = admin.list_offsets(latest, request_timeout=timeout)
-        _watch(end_futures.values())
-    except Exception as exc:  # as above
-        end_futures = {}
-        errors.append(f"high watermarks: {exc}")
-    for future in offset_futures.values():
-        answer, error = _outcome(future, deadline)
-        if error is not None:
-            errors.append(f"committed offsets: {error}")
-            continue
-        for tp in answer.topic_partitions:
-            if tp.error is not None:
-                errors.append(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
+        for answer in reader.committed(request, timeout=left()):
+            where = (answer.topic, answer.partition)
+            if answer.error is not None:
+                errors.append(f"committed offset of {where[0]}[{where[1]}]: {answer.error}")
                 continue
-            committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    for ktp, future in end_futures.items():
-        answer, error = _outcome(future, deadline)
-        if error is not None:
-            errors.append(f"high watermark of {ktp.topic}[{ktp.partition}]: {error}")
+            committed[where] = answer.offset if answer.offset >= 0 else None
+    except KafkaException as exc:
+        errors.append(f"committed offsets: {_why(exc)}")
+    except Exception as exc:  # a read must never raise: it is marked unavailable
+        errors.append(f"committed offsets: {type(exc).__name__}: {exc}")
+    for ktp in request:
+        if time.monotonic() >= deadline:
+            errors.append("high watermarks: Kafka did not answer in time")
+            break
+        try:
+            marks = reader.get_watermark_offsets(ktp, timeout=left(), cached=False)
+        except KafkaException as exc:
+            errors.append(f"high watermark of {ktp.topic}[{ktp.partition}]: {_why(exc)}")
             continue
-        watermarks[(ktp.topic, ktp.partition)] = int(answer.offset)
+        except Exception as exc:  # as above
+            errors.append(f"high watermark of {ktp.topic}[{ktp.partition}]: {exc}")
+            continue
+        if marks is None:
+            errors.append("high watermarks: Kafka did not answer in time")
+            break
+        watermarks[(ktp.topic, ktp.partition)] = int(marks[1])
     rows = []
     for tp in wanted:
         key = (tp.topic, tp.partition)
@@ -163,6 +145,13 @@ def read_positions(
         rows.append(Position(tp.topic, tp.partition, c, hw, lag_of(c, hw)))
     error = "; ".join(dict.fromkeys(errors))[:500] if errors else None
     return Positions(tuple(rows), error is None, error, now)
+
+
+def _why(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else exc
+    if isinstance(error, KafkaError) and error.code() == KafkaError._TIMED_OUT:  # noqa: SLF001
+        return "Kafka did not answer in time"
+    return str(error)
 
 
 # Consumer-only properties make an AdminClient (a producer-type handle) log a warning each.
@@ -186,16 +175,38 @@ def admin_properties(kafka: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in kafka.items() if not k.startswith(_CONSUMER_ONLY)}
 
 
-def admin_client(settings: Settings, purpose: str) -> AdminClient:
-    """An AdminClient with the member's connection settings (consumer-only ones left out)."""
+def reader_client(settings: Settings, purpose: str) -> Consumer:
+    """A ``Consumer`` of the member's group that never subscribes, to read positions.
+
+    Not the member's consumer (that one belongs to the consumer thread), and not the
+    AdminClient's ListOffsets and ListConsumerGroupOffsets: their requests, timed out
+    during a broker pause, aborted the process inside librdkafka once the broker came back
+    (``rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt > 0 failed``,
+    confluent-kafka 2.16.1; ``tests/integration/test_lag_outage.py``).
+    """
     config: dict[str, str | int | float | bool] = {
-        **admin_properties(settings.kafka),
+        **{k: v for k, v in settings.kafka.items() if not k.startswith(_MEMBER_ONLY)},
         "bootstrap.servers": settings.bootstrap_servers or "",
+        "group.id": settings.group_id,
         "client.id": f"rebalance-sidecar-{purpose}-{settings.group_id}",
-        "allow.auto.create.topics": "false",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "allow.auto.create.topics": False,
         "log_level": 2,
     }
-    return AdminClient(config)
+    return Consumer(config)
+
+
+# What the reader does not take from the member's settings: it never joins the group.
+_MEMBER_ONLY = (
+    "group.",
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.",
+    "auto.commit.",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +231,7 @@ class PositionsView:
         *,
         ttl: float = CACHE_SECONDS,
         timeout: float = READ_TIMEOUT_SECONDS,
-        admin_factory: Callable[[Settings], AdminClient] | None = None,
+        reader_factory: Callable[[Settings], Consumer] | None = None,
         history: RebalanceHistory | None = None,
     ) -> None:
         #: This member's completed rebalances, shown beside the positions (``/group``).
@@ -229,8 +240,8 @@ class PositionsView:
         self._snapshot = snapshot
         self._ttl = ttl
         self._timeout = timeout
-        self._admin_factory = admin_factory or (lambda s: admin_client(s, "positions"))
-        self._admin: AdminClient | None = None
+        self._reader_factory = reader_factory or (lambda s: reader_client(s, "positions"))
+        self._reader: Consumer | None = None
         self._loop = asyncio.get_running_loop()
         self._last: _Read | None = None
         self._pending: asyncio.Future[_Read] | None = None
@@ -286,15 +297,10 @@ class PositionsView:
             elif not self._settings.bootstrap_servers:
                 positions = unavailable(key, "no Kafka configured (SIDECAR_BOOTSTRAP_SERVERS)")
             else:
-                if self._admin is None:
-                    self._admin = self._admin_factory(self._settings)
+                if self._reader is None:
+                    self._reader = self._reader_factory(self._settings)
                 positions = await asyncio.get_running_loop().run_in_executor(
-                    None,
-                    read_positions,
-                    self._admin,
-                    self._settings.group_id,
-                    key,
-                    self._timeout,
+                    None, read_positions, self._reader, key, self._timeout
                 )
         except Exception as exc:
             positions = unavailable(key, f"{type(exc).__name__}: {exc}")

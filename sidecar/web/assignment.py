@@ -43,9 +43,9 @@ async def get_assignment(
 ) -> Any:
     """This member's assignment. `?after=<sequence>&wait=<s>` long-polls until the
     sequence passes `after` (or `wait` seconds pass). `?offsets=true` adds `positions`:
-    each owned partition's committed offset, high watermark and lag, read through an
-    AdminClient and cached for a couple of seconds (`available: false` when Kafka did not
-    answer: never an error)."""
+    each owned partition's committed offset, high watermark and lag, read by a consumer
+    of the group that never joins, and cached for a couple of seconds (`available: false`
+    when Kafka did not answer: never an error)."""
     snapshot = runtime.handoff.snapshot
     if after is not None and wait > 0:
         snapshot = await runtime.handoff.wait_for_change(after, wait)

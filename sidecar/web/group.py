@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from sidecar.handoff import Handoff
 from sidecar.logs import kafka_logger
 from sidecar.model import Assignment, TopicPartition, rfc3339
-from sidecar.positions import PositionsView, admin_properties, read_positions
+from sidecar.positions import PositionsView, admin_properties, read_positions, reader_client
 from sidecar.schemas import ErrorOut, PartitionOut
 from sidecar.settings import Settings
 
@@ -326,6 +326,7 @@ class GroupView:
         self._ttl = ttl
         self._admin_factory = admin_factory
         self._admin: AdminClient | None = None
+        self._reader: Consumer | None = None  # reads the positions (``reader_client``)
         self._last: _Described | None = None
         self._pending: asyncio.Future[_Described] | None = None
 
@@ -380,10 +381,13 @@ class GroupView:
         s = self._source.settings
         loop = asyncio.get_running_loop()
         admin = self._client()
+        if self._reader is None:
+            self._reader = reader_client(s, "group")
         body = await loop.run_in_executor(
             None,
             describe_with_positions,
             admin,
+            self._reader,
             s.group_id,
             s.topics,
             REQUEST_TIMEOUT_SECONDS,
@@ -395,6 +399,7 @@ class GroupView:
 
 def describe_with_positions(
     admin: AdminClient,
+    reader: Consumer,
     group_id: str,
     topics: tuple[str, ...],
     timeout: float,
@@ -404,7 +409,7 @@ def describe_with_positions(
     (``sidecar.positions``): figures that cannot be read are null, never an error."""
     body = describe_group(admin, group_id, topics, timeout, own)
     wanted = [TopicPartition(p["topic"], p["partition"]) for p in body["partitions"]]
-    positions = read_positions(admin, group_id, wanted)
+    positions = read_positions(reader, wanted)
     found = positions.by_partition()
     for entry in body["partitions"]:
         position = found.get((entry["topic"], entry["partition"]))
