@@ -15,10 +15,9 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -26,7 +25,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from sidecar import credentials, rotation
+from sidecar import credentials, http_listeners, rotation
 from sidecar.api import create_admin_app, create_app
 from sidecar.commands import Leave
 from sidecar.components import Components, build_components
@@ -34,6 +33,7 @@ from sidecar.errors import MemberBusy, MemberGone, StartupError
 from sidecar.feed import Feed
 from sidecar.fleet import CURSOR as FLEET_CURSOR
 from sidecar.handoff import Handoff
+from sidecar.http_listeners import BoundListener, HttpServer, bind_listeners
 from sidecar.http_protocol import deadlined_h11
 from sidecar.journal import Journal
 from sidecar.member import GroupMember
@@ -50,42 +50,9 @@ _JOIN_WATCH_SECONDS = 3600.0
 
 __all__ = ["STOP_STEPS", "Sidecar", "StartupError"]
 
-
-class _Server(uvicorn.Server):
-    """uvicorn, minus its signal handling (the daemon owns SIGTERM/SIGINT) and minus its ten
-    wake-ups a second to look at ``should_exit``: an idle sidecar ticks once a second (the
-    resolution of the Date header), and ``request_exit`` wakes it at once."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self._exit_requested: asyncio.Event | None = None
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def request_exit(self) -> None:
-        self.should_exit = True
-        if self._exit_requested is not None:
-            self._exit_requested.set()
-
-    async def main_loop(self) -> None:
-        self._exit_requested = asyncio.Event()
-        while not await self.on_tick(0):  # counter 0: the Date header is refreshed each tick
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exit_requested.wait(), 1.0)
-
-
-@dataclass(slots=True)
-class _Listener:
-    name: str
-    sock: socket.socket
-    server: _Server | None = None
-    task: asyncio.Task[None] | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
+# Their names from before ``sidecar.http_listeners``: tests reach them through this module.
+_bind = http_listeners.bind
+_url = http_listeners.url
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +76,7 @@ class Sidecar:
         self._stop_requested = asyncio.Event()
         self._exit_code = 0  # request_stop's: credentials refused, renewed TLS files
         self._signals = 0
-        self._listeners: list[_Listener] = []
+        self._listeners: list[BoundListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._over_size = False  # the journal was over its size budget at the last prune
         self.probes = Probes(
@@ -198,7 +165,7 @@ class Sidecar:
         s = self.settings
         loop = asyncio.get_running_loop()
         self._lifecycle = Lifecycle.STARTING
-        self._listeners = _bind_listeners(s)
+        self._listeners = bind_listeners(s)
         try:
             self._parts = parts = build_components(s, self.metrics_registry)
         except StartupError:
@@ -214,7 +181,7 @@ class Sidecar:
             "admin": create_admin_app,
         }
         for listener in self._listeners:
-            listener.server = _Server(
+            listener.server = HttpServer(
                 uvicorn.Config(
                     apps[listener.name](self),
                     log_config=None,
@@ -400,52 +367,6 @@ STOP_STEPS: tuple[StopStep, ...] = (
     StopStep("close the listeners", 6.0, Sidecar.close_listeners),
     StopStep("close the journal", 2.0, _close_journal),
 )
-
-
-def _url(host: str, port: int | None) -> str:
-    if ":" in host:  # IPv6, its zone's "%" escaped as URLs write it (RFC 6874)
-        return f"http://[{host.replace('%', '%25')}]:{port}"
-    return f"http://{host}:{port}"
-
-
-def _bind_listeners(settings: Settings) -> list[_Listener]:
-    """Bind the control API, then the admin listener (unless ``SIDECAR_ADMIN_PORT=-1``)."""
-    listeners = [_Listener("api", _bind(settings.api_host, settings.api_port, "API"))]
-    if settings.admin_port >= 0:
-        try:
-            admin = _bind(settings.admin_host, settings.admin_port, "ADMIN")
-        except StartupError:
-            listeners[0].sock.close()
-            raise
-        listeners.append(_Listener("admin", admin))
-    return listeners
-
-
-def _bind(host: str, port: int, setting: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio only sets TCP_NODELAY on sockets that say they are TCP,
-    # and without it every response waits for the client's delayed ACK (~40 ms).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6 and host.strip("[]") == "::":
-        # Every address, IPv4 too, whatever the host's net.ipv6.bindv6only says: ``::``
-        # serves single-stack IPv6 and dual-stack pods (the kubelet probes the pod IP).
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    try:
-        sock.bind((host, port))
-    except (OSError, TypeError, UnicodeError) as exc:
-        # TypeError, UnicodeError: a name the resolver cannot even encode (IDNA refuses a
-        # zero-width space or a soft hyphen, invisible in a copied value: shown escaped).
-        sock.close()
-        shown = host if host.isprintable() else repr(host)
-        reason = exc.strerror if isinstance(exc, OSError) else "not a host name or address"
-        raise StartupError(
-            f"cannot listen on {shown}:{port} (SIDECAR_{setting}_HOST/SIDECAR_{setting}_PORT): "
-            f"{reason}"
-        ) from None
-    sock.listen(128)
-    sock.set_inheritable(False)
-    return sock
 
 
 def _hard_exit_after(seconds: float) -> threading.Timer:

@@ -19,12 +19,13 @@ from pydantic import SecretStr
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.logs import REDACTED
 from sidecar.secret_files import file_variables
-from sidecar.settings import ENV_PREFIX, Settings
+from sidecar.settings import ENV_PREFIX
 from sidecar.settings_sources import (
     load_settings_traced,
     unknown_variables,
     with_secret_files,
 )
+from sidecar.settings_table import field_names
 
 # librdkafka properties that hold secrets: sasl.password, ssl.key.password,
 # sasl.oauthbearer.client.secret, ssl.keystore.password, ssl.key.pem, sasl.jaas.config ...
@@ -38,7 +39,7 @@ def effective_rows(
     ``InvalidSettings`` as ``run`` would refuse them."""
     settings, given = load_settings_traced(environ, config_file, env_file)
     rows = []
-    for name in Settings.model_fields:
+    for name in field_names():
         if name == "kafka":
             continue
         source = next((label for label, values in given if name in values), "default")

@@ -27,18 +27,16 @@ import structlog
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from sidecar.callback_commits import Outcome, UnconfirmedCommits, commit_bounded
-from sidecar.errors import CommitFailed, CommitUnanswered
+from sidecar.callback_commits import UnconfirmedCommits
 from sidecar.fail_stop import FailStop
 from sidecar.group_calls import committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
 from sidecar.link import KafkaLink
+from sidecar.listener_commits import ListenerCommits
 from sidecar.membership import Membership, RebalanceCompleted
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import (
-    Delivery,
-    DeliveryOutcome,
     Event,
     EventDraft,
     EventType,
@@ -47,13 +45,9 @@ from sidecar.model import (
 )
 from sidecar.session import Callback, Handling, Session
 from sidecar.settings import Settings
-from sidecar.tracing import RebalanceTraces, commit_span
+from sidecar.tracing import RebalanceTraces
 
 log = structlog.get_logger("sidecar.member")
-
-# After a commit inside a callback returns, how long liveness still lets the poll loop be
-# silent for it (the rest of the callback, then the loop's next tick).
-_AFTER_KAFKA_WAIT_SECONDS = 5.0
 
 # A journal append is retried after these pauses before the member fails stop.
 _JOURNAL_RETRY_SECONDS = (0.1, 0.5, 1.0)
@@ -88,12 +82,9 @@ class RebalanceListener:
         self._journal: Journal | None = None  # opened by the member thread
         self._link = KafkaLink(metrics, sources, lambda: self._log)
         self._log: Any = log.bind(group_id=settings.group_id)
-        # While a commit waits inside a callback: by when its bound ends that wait
-        # (monotonic), for the liveness probe. ``None`` otherwise.
-        self._kafka_wait_until: float | None = None
-        # The end of the commits' bound inside the callback under way (monotonic).
-        self._callback_commit_deadline: float | None = None
-        self._unconfirmed = UnconfirmedCommits()
+        self._commits = ListenerCommits(
+            settings, metrics, self._link, lambda: self._log, lambda: self._journal
+        )
         self._traces = RebalanceTraces()
         fail_stop.on_stop(self._stopping)
 
@@ -113,12 +104,12 @@ class RebalanceListener:
 
     @property
     def kafka_wait_until(self) -> float | None:
-        return self._kafka_wait_until
+        return self._commits.kafka_wait_until
 
     @property
     def unconfirmed(self) -> UnconfirmedCommits:
         """Commits made inside callbacks recorded ``unknown``: Kafka's late answers."""
-        return self._unconfirmed
+        return self._commits.unconfirmed
 
     def open(self, journal: Journal) -> Journal:
         """The member thread opened the journal: events are appended to it from now on."""
@@ -223,7 +214,7 @@ class RebalanceListener:
         label = "revoked" if kind is EventType.REVOKED else "lost"
         if self.failed is not None:
             return
-        self._callback_commit_deadline = time.monotonic() + self._callback_bound()
+        self._commits.callback_bound(time.monotonic() + self._callback_bound())
         try:
             self.read_identity(consumer)
             draft = self._core.taken(
@@ -239,7 +230,7 @@ class RebalanceListener:
             event = self.record(draft)
             outcome = self._hold(event)
             if outcome.offsets and kind is EventType.REVOKED:
-                self._commit_handed_back(consumer, event, outcome)
+                self._commits.hand_back(consumer, event, outcome)
             self.log.info(
                 f"partitions {label}",
                 partitions=len(draft.partitions),
@@ -255,7 +246,7 @@ class RebalanceListener:
         except Exception:
             self.log.exception(f"on_{label[:-1] if kind is EventType.REVOKED else label} failed")
         finally:
-            self._callback_commit_deadline = None
+            self._commits.callback_bound(None)
             self._metrics.callback_seconds[label].observe(time.perf_counter() - started)
 
     def _callback_bound(self) -> float:
@@ -273,11 +264,11 @@ class RebalanceListener:
         except JournalFailed as exc:
             self.failing(str(exc))
             return
-        self._callback_commit_deadline = time.monotonic() + self._callback_bound()
+        self._commits.callback_bound(time.monotonic() + self._callback_bound())
         try:
             outcome = self._hold(event)
         finally:
-            self._callback_commit_deadline = None
+            self._commits.callback_bound(None)
         self._metrics.callback_seconds["lost"].observe(time.perf_counter() - started)
         self.log.warning(
             why,
@@ -300,73 +291,12 @@ class RebalanceListener:
             self._core.barrier_over()
 
     def commit(self, consumer: Consumer, offsets: tuple[PartitionOffset, ...], source: str) -> None:
-        """Commit inside a callback, bounded (``sidecar.callback_commits``): by
-        ``SIDECAR_COMMIT_TIMEOUT_MS``, and never past the callback's own bound.
-        ``CommitUnanswered`` when the outcome is unknown, ``CommitFailed`` when librdkafka
-        refused to send it. The wait is marked for the liveness probe."""
-        deadline = time.monotonic() + self._settings.commit_timeout_ms / 1000
-        if self._callback_commit_deadline is not None:
-            deadline = min(deadline, self._callback_commit_deadline)
-        self._kafka_wait_until = deadline + _AFTER_KAFKA_WAIT_SECONDS
-        try:
-            result = commit_bounded(consumer, offsets, deadline)
-        finally:
-            # The callback goes on (journal records, then poll() returns): the loop is
-            # not silent for nothing if it ticks within the grace.
-            self._kafka_wait_until = time.monotonic() + _AFTER_KAFKA_WAIT_SECONDS
-        if result.outcome is Outcome.COMMITTED:
-            self.commit_done(offsets, source, "committed")
-            return
-        if result.outcome is Outcome.FAILED:
-            self.commit_done(offsets, source, "failed")
-            raise CommitFailed(result.error or "commit failed")
-        self._unconfirmed.add(offsets)
-        self.commit_done(offsets, source, "unknown")
-        self._log.warning(
-            "a commit inside a rebalance callback was not answered within its bound",
-            source=source,
-            offsets=[po.as_dict() for po in offsets],
-        )
-        raise CommitUnanswered(result.error or "outcome unknown")
+        """Commit inside a callback, bounded (``sidecar.listener_commits``)."""
+        self._commits.commit(consumer, offsets, source)
 
     def commit_done(self, offsets: tuple[PartitionOffset, ...], source: str, outcome: str) -> None:
         """Count a commit's outcome: ``committed``, ``failed`` or ``unknown``."""
-        self._metrics.commits.labels(source, outcome).inc()
-        if outcome == "committed":
-            self.link.contact()  # the coordinator answered
-            self.log.info(
-                "offsets committed", source=source, offsets=[po.as_dict() for po in offsets]
-            )
-
-    def _commit_handed_back(
-        self, consumer: Consumer, event: Event, outcome: BarrierOutcome
-    ) -> None:
-        """Commit what the application handed back, as the member that still owns it."""
-        assert self._journal is not None
-        committing = time.time()
-        try:
-            self.commit(consumer, outcome.offsets, source="revoke")
-            outcome_name, error = DeliveryOutcome.OFFSETS_COMMITTED, None
-        except CommitUnanswered as exc:
-            outcome_name, error = DeliveryOutcome.COMMIT_UNKNOWN, str(exc)
-        except CommitFailed as exc:
-            outcome_name, error = DeliveryOutcome.COMMIT_FAILED, str(exc)
-            self.log.error("committing offsets handed back on revoke failed", error=error)
-        commit_span(event.body, committing, len(outcome.offsets), error)
-        detail = error or ", ".join(f"{p.topic}[{p.partition}]={p.offset}" for p in outcome.offsets)
-        for sub_id in outcome.handed_back:  # not those that acknowledged with nothing
-            self._journal.record(
-                Delivery(
-                    subscription_id=sub_id,
-                    sequence=event.sequence,
-                    event_id=event.id,
-                    outcome=outcome_name,
-                    attempts=0,
-                    status_code=None,
-                    error=detail,
-                    at=time.time(),
-                )
-            )
+        self._commits.done(offsets, source, outcome)
 
     def _committed(
         self, consumer: Consumer, partitions: list[KafkaTopicPartition]

@@ -13,17 +13,14 @@ Nothing below the CLI reads ``os.environ``: components receive a ``Settings``.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
-    SecretStr,
     field_validator,
     model_validator,
 )
@@ -38,19 +35,18 @@ from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
 from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
 from sidecar.kafka_properties import kafka_property_variable
 from sidecar.loopback import is_loopback
+from sidecar.settings_http import HttpSettings
+from sidecar.settings_journal import JournalSettings
 from sidecar.settings_observe import ObservabilitySettings
+from sidecar.settings_values import DAY_MS as _DAY_MS
 from sidecar.settings_values import EVENT_TYPES as EVENT_TYPES
+from sidecar.settings_values import TOPIC_NAME as _TOPIC_NAME
 from sidecar.settings_values import WebhookSpec as WebhookSpec
-from sidecar.settings_values import is_ipv6 as _is_ipv6
 from sidecar.settings_values import is_text as _is_text
 from sidecar.settings_values import librdkafka_text as _librdkafka_text
+from sidecar.settings_webhooks import WebhookSettings
 
 CONFIG_FILE_ENV, ENV_FILE_ENV = "SIDECAR_CONFIG_FILE", "SIDECAR_ENV_FILE"
-
-# The longest duration a millisecond setting may name: the time and thread APIs these
-# reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
-_DAY_MS = 86_400_000
-_MIB = 1024 * 1024
 
 # librdkafka properties the sidecar reads as numbers itself (librdkafka parses a prefix:
 # it takes "45000x" as 45000, where Python's int() refuses it).
@@ -71,9 +67,6 @@ RESERVED_KAFKA_PROPERTIES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Kafka's own rule for a topic name (``Topic.validate``): the broker refuses any other.
-_TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
-
 _HOST_PORT = re.compile(
     # [0-9], not \d: int() reads "٩٠٩٢" as 9092, librdkafka as port 0 (it connected there)
     r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(\[[0-9a-fA-F:]+\]|[^\s:/,\[\]]+):([0-9]{1,5})$"
@@ -84,8 +77,16 @@ class InvalidSettings(Exception):
     """Settings that cannot run; ``str()`` names every offending setting."""
 
 
-class Settings(BaseSettings, ObservabilitySettings):
-    """Everything the sidecar needs, validated once. Units are in the names."""
+class Settings(BaseSettings, HttpSettings, WebhookSettings, JournalSettings, ObservabilitySettings):
+    """Everything the sidecar needs, validated once. Units are in the names.
+
+    Declared here: the group member (Kafka, the group, its timeouts), the process's
+    lifecycle and logs. Grouped by area in base classes, as if declared here (same
+    ``SIDECAR_`` names, same ``settings.name``): the HTTP listeners
+    (``sidecar.settings_http``), webhooks (``sidecar.settings_webhooks``), the journal
+    (``sidecar.settings_journal``), what the status page shows
+    (``sidecar.settings_observe``). What combines settings of several groups is checked here.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, frozen=True, extra="forbid", case_sensitive=False
@@ -127,152 +128,6 @@ class Settings(BaseSettings, ObservabilitySettings):
         description="Bound of the revoke barrier: how long a revoked/lost callback waits for "
         "blocking subscribers. Must stay well below `max.poll.interval.ms` (the rebalance "
         "timeout) or the member is evicted while it waits.",
-    )
-    api_host: str = Field(
-        default="127.0.0.1",
-        description="HTTP listener address (an IPv6 one with or without brackets). "
-        "Non-loopback requires `SIDECAR_API_TOKEN`.",
-    )
-    api_port: int = Field(default=8080, ge=0, le=65535, description="HTTP listener port.")
-    api_token: SecretStr | None = Field(
-        default=None,
-        description="Bearer token required by mutating endpoints (POST, DELETE); printable "
-        "ASCII only (it travels in a header).",
-    )
-    admin_host: str = Field(
-        default="0.0.0.0",  # noqa: S104 - the kubelet and Prometheus reach the pod IP
-        description="Admin listener address: probes, metrics and the kubelet's drain hook "
-        "(read-only but for the drain, which needs `SIDECAR_DRAIN_TOKEN` or loopback).",
-    )
-    admin_port: int = Field(
-        default=8081,
-        ge=-1,
-        le=65535,
-        description="Admin listener port (0: any free port; -1: no admin listener).",
-    )
-    drain_token: SecretStr | None = Field(
-        default=None,
-        description="Credential of the admin listener's drain path (header `X-Drain-Token`, "
-        "printable ASCII only); without it only loopback callers may drain through the admin "
-        "listener.",
-    )
-    http_request_timeout_ms: int = Field(
-        default=10_000,
-        ge=1_000,
-        le=600_000,
-        description="Both listeners: a client must send a whole request (head and body) "
-        "within this long of the connection opening or of the previous response, or the "
-        "connection is closed (a silent connection or a request sent a byte at a time "
-        "would otherwise hold a socket for ever). Responses are not bounded: an event "
-        "stream lasts as long as its client.",
-    )
-    event_streams_max: int = Field(
-        default=64,
-        ge=1,
-        le=10_000,
-        description="Event streams (`GET /events` as SSE) served at once; one more is "
-        "`503` with `Retry-After` until one ends.",
-    )
-    ready_without_group: bool = Field(
-        default=False,
-        description="Report ready before the member first joined the group (readiness "
-        "otherwise waits for the first assignment, then never depends on Kafka again).",
-    )
-    data_dir: Path = Field(
-        default=Path(".rebalance-sidecar"),
-        description="Directory of the journal (SQLite, WAL mode).",
-    )
-    webhooks: Annotated[tuple[WebhookSpec, ...], NoDecode] = Field(
-        default=(),
-        description="Webhooks declared at deploy time: JSON list of "
-        "`{url, secret, events?, mode?, timeout_ms?, id?}` (the secret is required here: "
-        "the application must know it to verify signatures; `mode` defaults to `blocking`).",
-    )
-    webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
-        default=(),
-        description="Comma-separated hosts webhooks may target; empty allows any host.",
-    )
-    webhook_max_count: int = Field(
-        default=64,
-        ge=1,
-        le=10_000,
-        description="At most this many webhooks that deliver (one disabled by a 410 does not "
-        "count); a POST /webhooks past it is refused (409) until one is deleted. Webhooks "
-        "declared in SIDECAR_WEBHOOKS count but are never refused.",
-    )
-    webhook_max_attempts: int = Field(
-        default=0, ge=0, description="Give up a delivery after this many attempts (0: no limit)."
-    )
-    webhook_max_age_ms: int = Field(
-        default=3_600_000,
-        ge=1_000,
-        le=30 * _DAY_MS,
-        description="Give up a delivery this long after the event was journaled. A blocking "
-        "subscriber that is down holds its later events until then (ordering).",
-    )
-    webhook_backoff_initial_ms: int = Field(
-        default=500,
-        ge=1,
-        le=_DAY_MS,
-        description="First retry delay; doubles per attempt, full jitter.",
-    )
-    webhook_backoff_max_ms: int = Field(
-        default=30_000,
-        ge=1,
-        le=_DAY_MS,
-        description="Largest retry delay, also caps `Retry-After`.",
-    )
-    webhook_tls_ca_location: Path | None = Field(
-        default=None,
-        description="PEM file of the CA certificate(s) that https webhooks' servers are "
-        "verified against, instead of the public ones (certifi's bundle); a private CA. "
-        "Reloaded when the file changes.",
-    )
-    webhook_tls_certificate_location: Path | None = Field(
-        default=None,
-        description="PEM client certificate (chain) sent to https webhooks that ask for one "
-        "(mutual TLS); the key may be in the same file. Reloaded when the file changes.",
-    )
-    webhook_tls_key_location: Path | None = Field(
-        default=None,
-        description="PEM private key of `SIDECAR_WEBHOOK_TLS_CERTIFICATE_LOCATION`, when not "
-        "in that file. Reloaded when the file changes.",
-    )
-    webhook_tls_key_password: SecretStr | None = Field(
-        default=None,
-        description="Password of an encrypted client key (never shown).",
-    )
-    events_topic: str | None = Field(
-        default=None,
-        description="Also produce every event to this Kafka topic (the fleet journal), keyed "
-        "by group id, with an idempotent producer (a topic name, checked at start; empty: "
-        "off).",
-    )
-    journal_retention_events: int = Field(
-        default=100_000,
-        ge=100,
-        le=1_000_000_000,
-        description="Keep at most this many delivered events (an event a webhook or the fleet "
-        "topic has not taken yet is kept whatever this says).",
-    )
-    journal_retention_hours: float = Field(
-        default=168.0,
-        gt=0,
-        le=87_600,
-        description="Drop delivered events older than this; the fleet producer gives up an "
-        "event it could not produce for this long.",
-    )
-    journal_max_bytes: int = Field(
-        default=0,
-        ge=0,
-        le=2**50,
-        description="Retention by size, after count and age: when the journal database "
-        "uses more bytes than this (events, indexes, delivery log; not the WAL, which stays "
-        "near 4 MiB), the oldest delivered events are dropped down to 80 % of it; the file "
-        "then stops growing. 0: no limit; else at least 1048576 (1 MiB). Events a webhook or "
-        "the fleet topic has not taken yet are kept even past it. Keep it well under the "
-        "volume's size (an emptyDir over its `sizeLimit` gets the pod evicted): the Helm "
-        "chart sets half of it.",
     )
     drain_timeout_ms: int = Field(
         default=60_000,
@@ -378,22 +233,6 @@ class Settings(BaseSettings, ObservabilitySettings):
             raise ValueError("is blank; leave it unset or give a real value")
         return value
 
-    @field_validator("api_host", "admin_host")
-    @classmethod
-    def _unbracketed(cls, value: str) -> str:
-        # ``[::1]``, as IPv6 addresses are written in URLs: the socket takes ``::1``.
-        inner = value[1:-1] if value.startswith("[") and value.endswith("]") else None
-        if inner is not None and _is_ipv6(inner):
-            return inner
-        return value
-
-    @field_validator("webhook_allowed_hosts", mode="before")
-    @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
-
     @field_validator("topics", mode="before")
     @classmethod
     def _split_topics(cls, value: Any) -> Any:
@@ -413,61 +252,6 @@ class Settings(BaseSettings, ObservabilitySettings):
                 start = index + 1
         parts.append(value[start:])
         return tuple(part.strip() for part in parts if part.strip())
-
-    @field_validator("webhooks", mode="before")
-    @classmethod
-    def _parse_webhooks(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value) if value.strip() else ()
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON: {exc}") from None
-            except RecursionError:
-                raise ValueError("not valid JSON: nested too deeply") from None
-        return value
-
-    @field_validator("webhooks")
-    @classmethod
-    def _one_webhook_per_id(cls, value: tuple[WebhookSpec, ...]) -> tuple[WebhookSpec, ...]:
-        seen: set[str] = set()
-        for spec in value:
-            if spec.subscription_id in seen:
-                what = f"the id {spec.id!r}" if spec.id else f"the URL {spec.url!r} and no id"
-                raise ValueError(
-                    f"two webhooks share {what}: one would silently replace the other; "
-                    "give each its own id"
-                )
-            seen.add(spec.subscription_id)
-        return value
-
-    @field_validator("data_dir", mode="before")
-    @classmethod
-    def _data_dir_named(cls, value: Any) -> Any:
-        if isinstance(value, str) and not value.strip():
-            # Path("") is the working directory: a journal where nobody looks for it.
-            raise ValueError("is empty; leave it unset for the default (.rebalance-sidecar)")
-        return value
-
-    @field_validator("journal_max_bytes", mode="before")
-    @classmethod
-    def _journal_budget_in_bytes(cls, value: Any) -> Any:
-        # "128Mi" is what a Kubernetes manifest next to it says; this one takes bytes.
-        if isinstance(value, str) and not re.fullmatch(r"\s*[0-9]+\s*", value):
-            raise ValueError(
-                f"{value!r} is not a whole number of bytes (128Mi is 134217728; 0: no limit)"
-            )
-        return value
-
-    @field_validator("journal_max_bytes")
-    @classmethod
-    def _journal_budget_sane(cls, value: int) -> int:
-        # A budget of a few pages would cut every delivered event at every prune: the
-        # history API and SSE resumption would have nothing to give. 0 means no limit.
-        if 0 < value < _MIB:
-            raise ValueError(
-                f"{value} bytes is below 1 MiB ({_MIB}); give at least that, or 0 for no limit"
-            )
-        return value
 
     @field_validator("kafka", mode="before")
     @classmethod
@@ -493,35 +277,6 @@ class Settings(BaseSettings, ObservabilitySettings):
                     raise ValueError(f"{topic!r} is not a valid regex: nested too deeply") from None
             elif not _TOPIC_NAME.fullmatch(topic):
                 raise ValueError(f"{topic!r} is not a valid topic name")
-        return value
-
-    @field_validator("events_topic")
-    @classmethod
-    def _check_events_topic(cls, value: str | None) -> str | None:
-        # The broker refuses a bad name ("Invalid topic") for every event: the producer
-        # retried every 2 s, a warning each time, holding the journal for the retention.
-        if value and not _TOPIC_NAME.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a valid topic name (letters, digits, '.', '_' and '-', "
-                "at most 249)"
-            )
-        return value
-
-    @field_validator("api_token", "drain_token")
-    @classmethod
-    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return value
-        token = value.get_secret_value()
-        if not token.strip():
-            raise ValueError("is blank; leave it unset for no token, or set a real one")
-        if not re.fullmatch(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?", token):
-            # It travels in an HTTP header, compared as ASCII, and a header value's
-            # surrounding spaces are not part of it: anything else could never match
-            # (every authenticated request answered 500), most likely a copy-paste accident.
-            raise ValueError(
-                "may hold only printable ASCII characters, without leading or trailing spaces"
-            )
         return value
 
     @field_validator("bootstrap_servers")

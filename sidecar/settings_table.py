@@ -14,7 +14,10 @@ from sidecar.settings import (
     InvalidSettings,
     Settings,
 )
+from sidecar.settings_http import HttpSettings
+from sidecar.settings_journal import JournalSettings
 from sidecar.settings_observe import ObservabilitySettings
+from sidecar.settings_webhooks import WebhookSettings
 
 # The variables that are not settings themselves but say where settings come from.
 _SOURCE_VARIABLES = {
@@ -24,17 +27,27 @@ _SOURCE_VARIABLES = {
     "settings under their lower-case names (`group_id: orders`, a `kafka:` mapping of "
     "librdkafka properties). Also `run --config FILE`. Either file: at most 4 MiB.",
 }
-_OBSERVE_FIELDS = frozenset(ObservabilitySettings.model_fields)
+# The areas ``Settings`` groups its fields in (its base classes), in the order they are
+# listed after Settings' own fields (the group member, its lifecycle, logs, Kafka).
+_AREAS = (HttpSettings, WebhookSettings, JournalSettings, ObservabilitySettings)
 TABLE_START = "<!-- settings-table:start (generated: rebalance-sidecar settings --write FILE) -->"
 TABLE_END = "<!-- settings-table:end -->"
+
+
+def field_names() -> list[str]:
+    """Every setting's field name, grouped: Settings' own fields, then each area's, each
+    as declared."""
+    areas = [list(area.model_fields) for area in _AREAS]
+    in_areas = {name for names in areas for name in names}
+    own = [name for name in Settings.model_fields if name not in in_areas]
+    return own + [name for names in areas for name in names]
 
 
 def markdown_table() -> str:
     """Every variable with its default and meaning, from the fields' own descriptions."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    # Settings' own fields first, then those of its base (settings_observe), as declared.
-    fields = sorted(Settings.model_fields.items(), key=lambda f: f[0] in _OBSERVE_FIELDS)
-    for name, field in fields:
+    for name in field_names():
+        field = Settings.model_fields[name]
         variable = f"{KAFKA_ENV_PREFIX}<NAME>" if name == "kafka" else f"{ENV_PREFIX}{name.upper()}"
         default = _shown_default(field.get_default(call_default_factory=True))
         meaning = (field.description or "").replace("|", "\\|")

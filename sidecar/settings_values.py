@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+# The longest duration a millisecond setting may name: the time and thread APIs these
+# reach refuse absurd values (a timestamp out of range at shutdown), and none is sane.
+DAY_MS = 86_400_000
+MIB = 1024 * 1024
+
+# Kafka's own rule for a topic name (``Topic.validate``): the broker refuses any other.
+TOPIC_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
 
 EVENT_TYPES = (
     "kafka.partitions.assigned",

@@ -10,10 +10,8 @@ checked on this machine only for a session the job starts itself.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -21,11 +19,11 @@ from typing import NoReturn
 from sidecar.argtypes import bounded_float, bounded_int
 
 from . import session as sessions
+from .errors import JobError as JobError
+from .errors import UsageError as UsageError
 from .events import KafkaInput, is_kafka_url
-from .output import REPORT_NAME
-from .paths import Lister, child, list_local, local_path
-from .streaming import CHECKPOINT_DIR, EVENTS_DIR
-from .tables import TABLE_NAMES
+from .path_checks import check_input, check_output, check_replaceable, local_matches
+from .paths import list_local, local_path
 
 #: The job failed once started (Spark's first line of the error).
 EXIT_FAILED = 1
@@ -38,14 +36,6 @@ EXIT_CODES = (
     "refused before Spark starts; 130 interrupted (Ctrl-C stops Spark). Errors are one "
     "line on stderr."
 )
-
-
-class JobError(Exception):
-    """A problem with the job's inputs or set-up, reported without a traceback."""
-
-
-class UsageError(JobError):
-    """Arguments or inputs the job cannot use: one line, exit code 2, nothing started."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -119,14 +109,14 @@ def check_job(args: argparse.Namespace, managed: bool) -> None:
         if is_kafka_url(text):
             _check_kafka_url(text)
         elif not managed:
-            _check_input(text)
+            check_input(text)
     if managed:
         return
-    _check_output("--output", args.output)
+    check_output("--output", args.output)
     if local_path(args.output) is not None:
         check_replaceable(args, list_local, convert=False)
     if args.stream and args.checkpoint is not None:
-        _check_output("--checkpoint", args.checkpoint)
+        check_output("--checkpoint", args.checkpoint)
     if args.kafka_jars is not None and not args.kafka_jars.is_dir():
         raise UsageError(f"--kafka-jars {args.kafka_jars}: not a directory")
     if any(is_kafka_url(i) for i in args.input) and not args.packages:
@@ -139,14 +129,14 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
     if managed:
         return
     for text in args.input:
-        _check_input(text)
-    _check_output("--output", args.output)
+        check_input(text)
+    check_output("--output", args.output)
     # The output directory is replaced: an input inside it would be deleted before it is
     # read, and an output inside an input directory is read back as input next time.
     local = local_path(args.output)
     output = None if local is None else local.resolve()
     for text in args.input:
-        for read in _local_matches(text):
+        for read in local_matches(text):
             if output is not None and (
                 output == read or output in read.parents or read in output.parents
             ):
@@ -158,143 +148,6 @@ def check_convert(args: argparse.Namespace, managed: bool) -> None:
         check_replaceable(args, list_local, convert=True)
     _check_master(args.master)
     args.driver_memory = _driver_memory(args.driver_memory)
-
-
-# Hadoop's glob characters; Python's glob knows all but the {a,b} alternatives.
-_GLOB = re.compile(r"[*?\[{]")
-
-
-def _local_matches(text: str) -> list[Path]:
-    path = local_path(text)
-    if path is None:
-        return []
-    if _GLOB.search(str(path)):
-        return [Path(match).resolve() for match in glob.glob(str(path))]
-    return [path.resolve()]
-
-
-def _reason(error: OSError) -> str:
-    return error.strerror or str(error)
-
-
-def _check_input(text: str) -> None:
-    path = local_path(text)
-    if path is None:
-        return
-    if _GLOB.search(str(path)):
-        if "{" not in str(path) and not glob.glob(str(path)):
-            raise UsageError(f"--input {text}: no file matches")
-        return
-    try:
-        mode = path.stat().st_mode
-    except OSError as error:
-        raise UsageError(f"--input {text}: {_reason(error)}") from None
-    wanted = os.R_OK | os.X_OK if stat.S_ISDIR(mode) else os.R_OK
-    if not os.access(path, wanted):
-        raise UsageError(f"--input {text}: permission denied")
-
-
-def _check_output(option: str, given: str) -> None:
-    """``given`` is, or can be made, a directory this process may write in."""
-    path = local_path(given)
-    if path is None:
-        return
-    path = path.absolute()
-    for existing in (path, *path.parents):
-        try:
-            mode = existing.stat().st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as error:
-            raise UsageError(f"{option} {given}: {_reason(error)}") from None
-        if not stat.S_ISDIR(mode):
-            where = "" if existing == path else f"{existing} "
-            raise UsageError(f"{option} {given}: {where}is not a directory")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise UsageError(f"{option} {given}: permission denied")
-        return
-
-
-def check_replaceable(args: argparse.Namespace, lister: Lister, *, convert: bool) -> None:
-    """Without ``--overwrite``, an existing ``--output`` must be empty or look like an
-    earlier output of the same command: ``convert`` replaces the whole directory, the job
-    its tables, ``report.html`` (and, streaming, ``_events``) in it. ``lister`` reaches
-    the output's file system (this machine's, or Hadoop's for a URI)."""
-    if args.overwrite:
-        return
-    entries = lister(args.output)
-    if not entries:  # missing, or empty (not a directory: refused elsewhere)
-        return
-    if convert and not _converted(lister, args.output, entries):
-        raise UsageError(
-            f"--output {args.output}: not empty and not a Parquet dataset convert wrote "
-            "(convert replaces the whole directory); pass --overwrite to replace it"
-        )
-    if not convert and not _job_output(lister, args.output, entries):
-        raise UsageError(
-            f"--output {args.output}: not empty and not an earlier output of the job "
-            "(it replaces its tables and report.html there); pass --overwrite to write there"
-        )
-
-
-#: Files Spark writes into a Parquet dataset besides its parts: the job's marker and the
-#: summary files of ``parquet.summary.metadata.level``.
-_DATASET_FILES = {"_SUCCESS", "_metadata", "_common_metadata"}
-
-
-def _hidden(name: str) -> bool:
-    """A dot-file: Hadoop's ``.crc`` checksums, ``.DS_Store``, an editor's or NFS's."""
-    return name.startswith(".")
-
-
-def _parquet_dataset(lister: Lister, where: str, entries: list[tuple[str, bool]] | None) -> bool:
-    """Only what Spark writes for a Parquet dataset: ``part-*`` files, ``_SUCCESS``, the
-    summary files ``_metadata`` and ``_common_metadata``, a failed write's ``_temporary``
-    or ``.spark-staging-*``, the S3A magic committer's ``__magic*``, ``key=value``
-    partition directories holding the same, and hidden files (``.crc`` checksums,
-    ``.DS_Store``)."""
-    if entries is None:
-        return False
-    for name, is_dir in entries:
-        if not is_dir:
-            if not (name in _DATASET_FILES or name.startswith("part-") or _hidden(name)):
-                return False
-        elif not (
-            name == "_temporary"
-            or name.startswith(("__magic", ".spark-staging-"))
-            or (
-                "=" in name
-                and not name.startswith(("_", "."))
-                and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
-            )
-        ):
-            return False
-    return True
-
-
-def _converted(lister: Lister, where: str, entries: list[tuple[str, bool]]) -> bool:
-    """A dataset convert wrote: as :func:`_parquet_dataset`, and not hidden files only
-    (convert deletes the whole directory: a new account's home holds only those)."""
-    return _parquet_dataset(lister, where, entries) and not all(
-        _hidden(name) and not is_dir for name, is_dir in entries
-    )
-
-
-def _job_output(lister: Lister, where: str, entries: list[tuple[str, bool]]) -> bool:
-    """Only what the job (batch or streaming) writes under its ``--output``, and hidden
-    files (which it leaves alone)."""
-    for name, is_dir in entries:
-        if name in {*TABLE_NAMES, EVENTS_DIR}:
-            ok = is_dir and _parquet_dataset(lister, child(where, name), lister(child(where, name)))
-        elif name == CHECKPOINT_DIR:
-            ok = is_dir
-        elif is_dir:
-            ok = False
-        else:
-            ok = name in {REPORT_NAME, f"{REPORT_NAME}.partial"} or _hidden(name)
-        if not ok:
-            return False
-    return True
 
 
 def _check_kafka_url(text: str) -> None:

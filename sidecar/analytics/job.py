@@ -41,7 +41,6 @@ from .arguments import (
     UsageError,
     check_convert,
     check_job,
-    check_replaceable,
     dir_path,
     driver_memory,
     kafka_jars,
@@ -51,6 +50,7 @@ from .arguments import (
 from .events import is_kafka_url, read_normalized, write_parquet_events
 from .interrupt import Interrupt
 from .output import REPORT_NAME, refresh, step
+from .path_checks import check_replaceable
 from .paths import PathOrUri, child, hadoop_lister, local_path, on_default_fs
 from .streaming import StreamOptions, run_stream
 from .tables import TABLE_NAMES
