@@ -15,7 +15,8 @@ Everything crossing the boundary goes through a ``Handoff``:
 No other module crosses the member thread's boundary: none calls
 ``call_soon_threadsafe`` for it, creates a thread-crossing future with it, or touches the
 other side's objects. (The lag reader, ``sidecar.positions``, has a thread and a consumer
-of its own that never joins the group; it hands its answers to the loop the same way.) The thread-side methods never block on the loop except
+of its own that never joins the group; it hands its answers to the loop the same way.)
+The thread-side methods never block on the loop except
 ``await_barrier``, and none of them raise when the loop is already gone (shutdown).
 """
 

@@ -4,11 +4,10 @@ renewed certificate files drain and exit 75; no secret is ever shown."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import os
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
