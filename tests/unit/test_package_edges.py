@@ -218,3 +218,13 @@ def test_the_walk_sees_what_it_must() -> None:
     assert {"httpx", "standardwebhooks"} <= set().union(
         *(third_party(m) for m in modules() if m.startswith("sidecar.testkit"))
     )
+
+
+def test_no_module_of_the_package_is_over_450_lines() -> None:
+    """The rooms people work in stay small enough to read whole (issue 39)."""
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := len(path.read_text().splitlines())) > 450
+    }
+    assert long == {}
