@@ -53,7 +53,7 @@ from sidecar.testkit.sidecars import Sidecar
 PARTITIONS = 24
 LOAD_CONNECTIONS = 10
 # How often the sidecar's member thread wakes when idle: its poll timeout while commands
-# wake the poll (the default; sidecar.wakeup).
+# wake the poll (the default; sidecar.kafka.wakeup).
 POLL_MS: int = round(WOKEN_POLL_SECONDS * 1000)
 NO_WAKEUP = (
     f"plain poll every {Settings.model_fields['poll_timeout_ms'].default} ms "
@@ -240,7 +240,8 @@ def run(ctx: Context) -> SectionResult:
                     ms(plain_p99),
                 ],
             ],
-            caption="The ctypes wake-up (`sidecar/wakeup.py`) against a plain poll, same run: "
+            caption="The ctypes wake-up (`sidecar/kafka/wakeup.py`) against a plain poll, "
+            "same run: "
             "what keeps it on by default.",
         )
     )

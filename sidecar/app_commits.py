@@ -23,8 +23,8 @@ from sidecar.callback_commits import Verdict, commit_verdict, fenced_message
 from sidecar.commands import Commit, NotInGroup
 from sidecar.commits import TAKEN_TOO_LATE, AppCommit, CommitsInFlight, Told
 from sidecar.errors import CommitFailed, CommitFenced, KafkaRefused, MemberGone
-from sidecar.group_calls import commit_failure, send_commit
 from sidecar.handoff import Command, PendingCommand
+from sidecar.kafka.group_calls import commit_failure, send_commit
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import Membership
 

@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commits import CommitKey, commit_key
-from sidecar.group_calls import send_commit
+from sidecar.kafka.group_calls import send_commit
 from sidecar.model import PartitionOffset
 
 # Between two reads of the committed offsets that did not show the commit yet.

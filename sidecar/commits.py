@@ -23,7 +23,7 @@ Rules this module keeps:
   revoke barrier opens, callers still waiting are told the outcome is unknown at once
   (their commit was sent first and librdkafka holds the rejoin until it is answered, so
   it lands, or fails, before the partitions move), held commits are not sent, and
-  commits made during the barrier are synchronous (``sidecar.group_calls``). Those are
+  commits made during the barrier are synchronous (``sidecar.kafka.group_calls``). Those are
   *not* held behind a commit in flight (nothing could release them before the
   partitions move, and the application's last commit before a handover is the one that
   matters): sent after it on the same connection, they land after it, unless librdkafka

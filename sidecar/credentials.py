@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from confluent_kafka import KafkaError
 
-from sidecar.kafka_properties import kafka_property_variable
+from sidecar.kafka.properties import kafka_property_variable
 from sidecar.model import MemberState
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from sidecar.kafka_properties import kafka_property_variable
+from sidecar.kafka.properties import kafka_property_variable
 from sidecar.logs import REDACTED
 from sidecar.secret_files import file_variables
 from sidecar.settings import ENV_PREFIX

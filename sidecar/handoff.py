@@ -10,7 +10,7 @@ Everything crossing the boundary goes through a ``Handoff``:
 * loop -> consumer thread: commands (``submit``) on a queue that the poll loop drains
   between ``poll()`` calls (``take_commands``); the caller awaits a future. Each command
   wakes the thread out of its ``poll()`` when the consumer can be woken
-  (``sidecar.wakeup``, installed by the thread with ``wake_with``).
+  (``sidecar.kafka.wakeup``, installed by the thread with ``wake_with``).
 
 No other module crosses the member thread's boundary: none calls
 ``call_soon_threadsafe`` for it, creates a thread-crossing future with it, or touches the
@@ -33,8 +33,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from sidecar.errors import MemberBusy as MemberBusy  # re-exported: the old home
 from sidecar.errors import MemberGone as MemberGone
+from sidecar.kafka.wakeup import NO_WAKEUPS, PollWaker
 from sidecar.model import Assignment, Event, PartitionOffset
-from sidecar.wakeup import NO_WAKEUPS, PollWaker
 
 T = TypeVar("T")
 

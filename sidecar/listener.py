@@ -29,9 +29,9 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.callback_commits import UnconfirmedCommits
 from sidecar.fail_stop import FailStop
-from sidecar.group_calls import committed_offsets, read_identity
 from sidecar.handoff import BarrierOutcome, Handoff
 from sidecar.journal import Journal
+from sidecar.kafka.group_calls import committed_offsets, read_identity
 from sidecar.link import KafkaLink
 from sidecar.listener_commits import ListenerCommits
 from sidecar.membership import Membership, RebalanceCompleted

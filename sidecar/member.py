@@ -7,7 +7,7 @@ membership and never fetches: whatever it is assigned, it pauses, with auto-comm
 What the member *knows* (owned partitions, identity, reasons, rebalance counting) lives
 in ``sidecar.membership``; what librdkafka calls back (rebalances, errors, statistics) is
 handled by ``sidecar.listener``; the ``Consumer`` calls themselves are in
-``sidecar.group_calls``. This module keeps the thread, the poll loop and the commands.
+``sidecar.kafka.group_calls``. This module keeps the thread, the poll loop and the commands.
 
 A journal that cannot append is a fail stop (``JOURNAL_FAILED_EXIT``): the process exits,
 as if killed: the journal keeps what it had, the group reassigns after the session
@@ -41,9 +41,10 @@ from sidecar.command_runner import run_batch, runs_in_barrier
 from sidecar.commands import Commit, EnforceRebalance, EnforceResult, Leave, NotInGroup
 from sidecar.errors import JOURNAL_FAILED_EXIT
 from sidecar.fail_stop import FailStop, exit_process
-from sidecar.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
 from sidecar.handoff import Handoff, PendingCommand
 from sidecar.journal import Journal
+from sidecar.kafka.group_calls import ENFORCE_PATTERN, consumer_config, generation_of, rejoin
+from sidecar.kafka.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 from sidecar.listener import JournalFailed, RebalanceListener
 from sidecar.membership import EnforceOutcome, GroupIdentity, Membership
 from sidecar.metrics import Metrics, StateSources
@@ -51,7 +52,6 @@ from sidecar.model import EventType, MemberState
 from sidecar.refusals import FatalRetries
 from sidecar.session import Session, SessionEvent, SessionState
 from sidecar.settings import Settings
-from sidecar.wakeup import NO_WAKEUPS, PollWaker, poll_waker
 
 __all__ = [
     "JOURNAL_FAILED_EXIT",
@@ -67,7 +67,7 @@ _exit_process = exit_process
 log = structlog.get_logger("sidecar.member")
 
 _IDENTITY_CHECK_SECONDS = 0.5
-# The poll timeout when commands wake the poll (sidecar.wakeup): how often the loop's own
+# The poll timeout when commands wake the poll (sidecar.kafka.wakeup): how often the loop's own
 # checks run (commit deadlines, session, identity). Under 0.2 s: confluent-kafka splits
 # longer polls into 200 ms chunks and a wake-up would end only the current chunk.
 WOKEN_POLL_SECONDS = 0.19

@@ -155,7 +155,7 @@ def _culprits(config: dict[str, Any], message: str) -> str:
     (``dlopen() failed: /x.so``) is not a property."""
     import re
 
-    from sidecar.kafka_properties import kafka_property_variable, setting_of_property
+    from sidecar.kafka.properties import kafka_property_variable, setting_of_property
 
     names = []
     # librdkafka quotes property names in some messages and not in others.

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from sidecar.kafka_properties import kafka_property_variable
+from sidecar.kafka.properties import kafka_property_variable
 from sidecar.secret_files import file_variables
 
 if TYPE_CHECKING:

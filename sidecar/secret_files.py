@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from sidecar.kafka_properties import ENV_PREFIX, KAFKA_ENV_PREFIX, kafka_property_name
+from sidecar.kafka.properties import ENV_PREFIX, KAFKA_ENV_PREFIX, kafka_property_name
 
 SUFFIX = "_FILE"
 

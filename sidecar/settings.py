@@ -31,9 +31,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from sidecar.kafka_properties import ENV_PREFIX as ENV_PREFIX
-from sidecar.kafka_properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
-from sidecar.kafka_properties import kafka_property_variable
+from sidecar.kafka.properties import ENV_PREFIX as ENV_PREFIX
+from sidecar.kafka.properties import KAFKA_ENV_PREFIX as KAFKA_ENV_PREFIX
+from sidecar.kafka.properties import kafka_property_variable
 from sidecar.loopback import is_loopback
 from sidecar.settings_http import HttpSettings
 from sidecar.settings_journal import JournalSettings

@@ -32,7 +32,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from sidecar.kafka_properties import kafka_properties_from_env
+from sidecar.kafka.properties import kafka_properties_from_env
 from sidecar.secret_files import SecretFileError
 from sidecar.secret_files import resolve as resolve_secret_files
 from sidecar.settings import (

@@ -5,7 +5,7 @@ fleet of each contender (the sidecar with a reference app; the Java listener) pr
 handover topic while one member enforces a rebalance, ``ENFORCES`` times, a step apart.
 Per enforce: the processing pause (the longest gap between processed records of any
 partition during the step, as in the handover table). What an enforce does differs per
-protocol (``sidecar.enforce``, ``docs/kip848.md``): eager revokes everything (the sidecar
+protocol (``sidecar.kafka.enforce``, ``docs/kip848.md``): eager revokes everything (the sidecar
 leaves and rejoins as a new member id, Java keeps its member id), cooperative moves
 nothing, and under KIP-848 there is no consumer-triggered rebalance (the sidecar bumps the
 member epochs; Java's ``enforceRebalance()`` does nothing there).

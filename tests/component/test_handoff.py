@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 import pytest
 
 from sidecar.handoff import BarrierDone, BarrierOutcome, Command, Handoff, MemberBusy, MemberGone
+from sidecar.kafka.wakeup import NO_WAKEUPS
 from sidecar.model import Event, EventType, MemberState, PartitionOffset
-from sidecar.wakeup import NO_WAKEUPS
 from tests.support.scripted import initial
 
 

@@ -1,4 +1,4 @@
-"""The poll waker's checks (sidecar.wakeup): whatever is not the handle it expects is
+"""The poll waker's checks (sidecar.kafka.wakeup): whatever is not the handle it expects is
 refused, with the member left to plain polling, never a crash."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from sidecar import wakeup
+from sidecar.kafka import wakeup
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def enforce_once(
         after = sidecar.assignment()
         assert after["generation_id"] > before[sidecar.name]["generation_id"]
         if strategy != "range" or sidecar is not enforcer:
-            # Only an eager enforcer leaves and comes back as a new member (sidecar.enforce).
+            # Only an eager enforcer leaves and comes back as a new member (sidecar.kafka.enforce).
             assert after["member_id"] == before[sidecar.name]["member_id"]
         since = sidecar.history(before[sidecar.name]["sequence"])
         kinds = [

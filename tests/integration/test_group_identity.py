@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer
 from structlog.testing import capture_logs
 
-from sidecar import group_calls
-from sidecar.group_calls import identity_of, read_identity
+from sidecar.kafka import group_calls
+from sidecar.kafka.group_calls import identity_of, read_identity
 
 
 def _joined(bootstrap: str, topic: str, protocol: str, instance: str | None) -> Consumer:

@@ -1,4 +1,4 @@
-"""Commands wake the member thread out of ``poll()`` (sidecar.wakeup) on a real broker:
+"""Commands wake the member thread out of ``poll()`` (sidecar.kafka.wakeup) on a real broker:
 librdkafka's own poll ends when woken, the member polls on the long timeout only when it
 can be woken, every command wakes it, and no wake-up reaches a consumer that closes."""
 
@@ -18,9 +18,9 @@ from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 
 from sidecar import member as member_module
-from sidecar import wakeup
 from sidecar.commands import Commit, Leave
 from sidecar.handoff import Handoff
+from sidecar.kafka import wakeup
 from sidecar.member import GroupMember
 from sidecar.metrics import Metrics, StateSources
 from sidecar.model import Assignment, MemberState, PartitionOffset

@@ -12,8 +12,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from sidecar.commands import Commit
 from sidecar.commits import CommitsInFlight, commit_key
 from sidecar.errors import CommitFailed, CommitUnanswered
-from sidecar.group_calls import commit_failure
 from sidecar.handoff import PendingCommand
+from sidecar.kafka.group_calls import commit_failure
 from sidecar.model import PartitionOffset
 
 

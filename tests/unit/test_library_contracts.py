@@ -4,9 +4,9 @@ Each coupling is justified where it lives; this module pins what it relies on to
 versions in ``constraints.txt``, so a dependency upgrade that changes one of them fails
 here, loudly and by name, rather than somewhere in a daemon under load:
 
-* confluent-kafka's ``Handle`` layout and librdkafka's queue calls (``sidecar.wakeup``,
+* confluent-kafka's ``Handle`` layout and librdkafka's queue calls (``sidecar.kafka.wakeup``,
   the only place ``ctypes`` is imported);
-* librdkafka's binary group metadata and identity (``sidecar.group_calls``);
+* librdkafka's binary group metadata and identity (``sidecar.kafka.group_calls``);
 * uvicorn's ``Server.main_loop``/``on_tick``/``capture_signals`` (``sidecar.daemon``)
   and ``H11Protocol`` internals (``sidecar.http_protocol``);
 * pydantic-settings' ``_load_env_vars``, ``parse_env_vars`` and ``_build_sources``
@@ -67,15 +67,15 @@ def test_ctypes_is_imported_in_one_module_only() -> None:
             )
             if any(name == "ctypes" or name.startswith("ctypes.") for name in names):
                 importers.append(path.relative_to(REPO).as_posix())
-    assert importers == ["sidecar/wakeup.py"]
+    assert importers == ["sidecar/kafka/wakeup.py"]
 
 
 def test_confluent_kafka_handle_starts_with_the_rd_kafka_pointer() -> None:
-    """``sidecar.wakeup`` reads ``rd_kafka_t *`` right after the object header of
+    """``sidecar.kafka.wakeup`` reads ``rd_kafka_t *`` right after the object header of
     confluent-kafka's ``Handle`` (every 2.x release); the struct must at least hold it."""
     import confluent_kafka
 
-    from sidecar import wakeup
+    from sidecar.kafka import wakeup
 
     assert object.__basicsize__ == wakeup._RK_OFFSET
     assert confluent_kafka.Consumer.__basicsize__ >= wakeup._RK_OFFSET + 8

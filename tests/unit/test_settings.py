@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.kafka_properties import (
+from sidecar.kafka.properties import (
     kafka_properties_from_env,
     kafka_property_name,
     kafka_property_variable,

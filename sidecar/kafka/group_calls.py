@@ -31,8 +31,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from sidecar.commands import CommitFailed
 from sidecar.credentials import observing
-from sidecar.enforce import ENFORCE_PATTERN as ENFORCE_PATTERN  # re-exported
-from sidecar.enforce import rejoin as rejoin  # re-exported
+from sidecar.kafka.enforce import ENFORCE_PATTERN as ENFORCE_PATTERN  # re-exported
+from sidecar.kafka.enforce import rejoin as rejoin  # re-exported
 from sidecar.logs import kafka_logger
 from sidecar.model import OffsetStatus, PartitionOffset
 from sidecar.settings import Settings

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import confluent_kafka
 import structlog
 
-log = structlog.get_logger("sidecar.wakeup")
+log = structlog.get_logger("sidecar.kafka.wakeup")
 
 _RD_KAFKA_CONSUMER = 1
 # confluent-kafka's Handle: PyObject_HEAD, then ``rd_kafka_t *rk``.
