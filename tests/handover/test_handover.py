@@ -15,6 +15,7 @@ import pytest
 
 from bench.handover.members import GO_APP
 from bench.handover.run import GRACEFUL, run_handover
+from tests.support.handover import assert_clean_handovers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -40,18 +41,4 @@ def test_graceful_churn_loses_nothing_and_counts_nothing_twice(
         footprint_seconds=1.0,
         say=print,
     )
-    for result in results:
-        counts = result.counts
-        summary = (
-            f"{result.contender}: produced {counts.produced}, gaps {counts.gaps}, duplicates "
-            f"{counts.duplicates}, handovers {len(counts.handovers)}, split windows "
-            f"{sorted(round(w, 3) for w in counts.split_windows)}"
-        )
-        print(summary)
-        assert counts.produced > 0, summary
-        assert len(counts.handovers) > 0, summary  # the churn did move partitions
-        assert counts.gaps == 0, summary
-        assert counts.duplicates == 0, summary
-        assert counts.state_lost == 0, summary  # every old owner flushed
-        assert all(w <= 0 for w in counts.split_windows), summary
-        assert result.skipped == []
+    assert_clean_handovers(results)

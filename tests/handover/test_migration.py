@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 
 from bench.handover.members import GO_APP
 from bench.handover.run import run_handover
+from tests.support.handover import assert_clean_handovers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -70,18 +71,4 @@ def test_a_rolling_migration_to_kip848_and_back_loses_nothing_and_counts_nothing
         # Mixed after one member, KIP-848 after both, converted back at the end.
         assert seen[0].endswith("CONSUMER") and seen[1].endswith("CONSUMER"), (group, seen)
         assert seen[3].endswith("CLASSIC"), (group, seen)
-    for result in results:
-        counts = result.counts
-        summary = (
-            f"{result.contender}: produced {counts.produced}, gaps {counts.gaps}, duplicates "
-            f"{counts.duplicates}, handovers {len(counts.handovers)}, split windows "
-            f"{sorted(round(w, 3) for w in counts.split_windows)}"
-        )
-        print(summary)
-        assert counts.produced > 0, summary
-        assert len(counts.handovers) > 0, summary  # the restarts did move partitions
-        assert counts.gaps == 0, summary
-        assert counts.duplicates == 0, summary
-        assert counts.state_lost == 0, summary  # every old owner flushed
-        assert all(w <= 0 for w in counts.split_windows), summary
-        assert result.skipped == []
+    assert_clean_handovers(results)
