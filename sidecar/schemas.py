@@ -68,7 +68,9 @@ class PositionsOut(BaseModel):
 class AssignmentPositionsOut(AssignmentOut):
     """``GET /assignment?offsets=true``: the assignment and its partitions' positions."""
 
-    positions: PositionsOut
+    positions: PositionsOut | None = Field(
+        default=None, description="With `?offsets=true` only (absent without it)"
+    )
 
 
 class ErrorOut(BaseModel):

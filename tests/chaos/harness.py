@@ -30,9 +30,10 @@ from tests.support.kafka import create_topic
 from tests.support.sidecars import covers
 from tests.support.toxiproxy import Toxiproxy
 
-# What a callback may add to the revoke timeout: asking the loop which subscribers are
-# missing after a timeout (handoff: 2 s), then journaling, committing handed-back offsets
-# or reading committed offsets on assignment (committed_timeout_ms: 5 s).
+# What a callback may add to the revoke timeout. A revoke callback's commits of handed-back
+# offsets end by its start + the revoke timeout + SIDECAR_COMMIT_TIMEOUT_MS (the members'
+# COMMIT_TIMEOUT_MS: 5 s); reading committed offsets on assignment is bounded the same
+# (committed_timeout_ms: 5 s); then journaling and publishing (2 s, a loaded machine).
 PROTOCOL_ALLOWANCE_SECONDS = 7.0
 # The group session timeout, both protocols (librdkafka's session.timeout.ms for the
 # classic one; the broker's group.consumer.session.timeout.ms for KIP-848).

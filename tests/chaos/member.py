@@ -36,10 +36,13 @@ ALL_TYPES = [
     "kafka.partitions.lost",
     "kafka.rebalance.requested",
 ]
-# Subscribers come back within seconds; retry quickly so the run is not all backoff.
-FAST_RETRIES = {
+# Subscribers come back within seconds: retry quickly so the run is not all backoff.
+MEMBER_SETTINGS = {
     "SIDECAR_WEBHOOK_BACKOFF_INITIAL_MS": "100",
     "SIDECAR_WEBHOOK_BACKOFF_MAX_MS": "1000",
+    # A revoke callback's commits end by its start + the revoke timeout + this (the bound
+    # the harness holds the callbacks to: PROTOCOL_ALLOWANCE_SECONDS).
+    "SIDECAR_COMMIT_TIMEOUT_MS": "5000",
 }
 
 
@@ -174,7 +177,7 @@ class Member:
             if self.sidecar is not None:
                 return "skipped"
         cluster = self.cluster
-        env = dict(FAST_RETRIES)
+        env = dict(MEMBER_SETTINGS)
         if cluster.protocol == "consumer":  # the broker's session, for our own clock
             env["SIDECAR_GROUP_SESSION_TIMEOUT_MS"] = str(cluster.session_timeout_ms)
         else:
